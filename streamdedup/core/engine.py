@@ -1,0 +1,61 @@
+"""The engine: the stage handlers built from one set of parameters, and how messages find their partition.
+
+Drivers (embedded, simulation, Kafka) hold an :class:`Engine`, hand each stage a batch of messages for one of its
+partitions with that partition's state, and deliver what comes back: messages to the stage and partition that
+:meth:`Engine.partition_of` names, outputs to their topics.
+
+>>> from streamdedup.core.params import EngineParams
+>>> engine = Engine(EngineParams())
+>>> sorted(engine.stages)
+['band', 'content', 'source']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from streamdedup.core.messages import Message, Output, route
+from streamdedup.core.params import EngineParams
+from streamdedup.core.partitioning import partition_for
+from streamdedup.core.policy import CanonicalPolicy
+from streamdedup.core.signatures import SignatureScheme
+from streamdedup.core.state import PartitionState
+
+__all__ = ["Engine", "StageHandler"]
+
+
+class StageHandler(Protocol):
+    """A stage: a batch of messages for one partition and its state in, messages and outputs out."""
+
+    name: str
+
+    def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
+        """Apply ``messages`` (all routed to this partition) and return what they cause."""
+        ...
+
+
+class Engine:
+    """The stage handlers for one set of :class:`EngineParams`."""
+
+    def __init__(self, params: EngineParams) -> None:
+        from streamdedup.core.stages import BandStage, ContentStage, SourceStage
+
+        self.params = params
+        self.policy = CanonicalPolicy(params.canonical_policy)
+        self.scheme = SignatureScheme(params.num_perm, params.seed)
+        self.stages: dict[str, StageHandler] = {
+            "source": SourceStage(self),
+            "content": ContentStage(self),
+            "band": BandStage(self),
+        }
+
+    def handle(self, stage: str, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
+        """Run one stage on a batch of messages for one of its partitions."""
+        return self.stages[stage].handle(messages, state)
+
+    @staticmethod
+    def partition_of(message: Message, partitions: int) -> tuple[str, int]:
+        """Return the stage that receives ``message`` and its partition among ``partitions``."""
+        stage, key = route(message)
+        return stage, partition_for(key, partitions)

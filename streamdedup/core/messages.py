@@ -1,0 +1,175 @@
+"""Messages between stages, and the outputs a stage emits (design §2).
+
+Every message names the key it is routed by; :func:`route` says which stage receives it. Messages carry state,
+not deltas: each holds the sender's current view with a sequence number or version, so a receiver can apply any
+message twice, or an older one after a newer one, and end in the same state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from streamdedup.core.model import AclEvent, DeleteEvent, Rank, SourceAttrs, UpsertEvent
+
+__all__ = [
+    "STAGES",
+    "BandAck",
+    "BandJoin",
+    "BandLeave",
+    "ContentStatus",
+    "Info",
+    "MemberReport",
+    "Message",
+    "NeighborUpdate",
+    "Output",
+    "RefUpdate",
+    "SourceRef",
+    "VerifyRequest",
+    "VerifyResult",
+    "route",
+]
+
+#: The stages in pipeline order: per source, per content hash, per LSH band key.
+STAGES = ("source", "content", "band")
+
+Role = Literal["pending", "canonical", "member", "dead"]
+
+
+class SourceRef(msgspec.Struct, frozen=True, array_like=True):
+    """One source position of a content, with the source's attributes."""
+
+    source_id: str
+    position: int
+    attrs: SourceAttrs
+
+
+class Info(msgspec.Struct, frozen=True, array_like=True):
+    """What a content tells its near neighbours about itself; ``seq`` orders the updates of one content."""
+
+    seq: int
+    role: Role
+    rank: Rank | None = None
+    readers: tuple[str, ...] = ()
+    target: str = ""  # the canonical's content hash, when role is "member"
+
+
+class MemberReport(msgspec.Struct, frozen=True, array_like=True):
+    """What a near member tells its canonical: its similarity and its source positions."""
+
+    jaccard: float
+    refs: tuple[SourceRef, ...]
+
+
+class RefUpdate(msgspec.Struct, frozen=True, tag="ref", tag_field="op"):
+    """Source → content: the positions at which ``source_id`` (at ``version``) holds this content."""
+
+    content_hash: str
+    source_id: str
+    version: int
+    positions: tuple[int, ...]  # empty: the source no longer holds this content
+    texts: tuple[str, ...] = ()  # the original chunk text at each position
+    norm: str = ""
+    attrs: SourceAttrs | None = None
+
+
+class ContentStatus(msgspec.Struct, frozen=True, tag="status", tag_field="op"):
+    """Content → source: which chunk this content belongs to now."""
+
+    source_id: str
+    content_hash: str
+    seq: int
+    version: int  # the source version the content has applied
+    chunk_id: str  # empty while the content is undecided or gone
+    relation: Literal["canonical", "near"] = "canonical"
+    jaccard: float = 1.0
+    canonical_ref: tuple[str, int] | None = None
+
+
+class BandJoin(msgspec.Struct, frozen=True, tag="join", tag_field="op"):
+    """Content → band: add this content to the band's bucket and tell it who else is there."""
+
+    band_key: str
+    content_hash: str
+    epoch: int
+
+
+class BandLeave(msgspec.Struct, frozen=True, tag="leave", tag_field="op"):
+    """Content → band: the content is gone."""
+
+    band_key: str
+    content_hash: str
+    epoch: int
+
+
+class BandAck(msgspec.Struct, frozen=True, tag="ack", tag_field="op"):
+    """Band → content: the other contents in the bucket (near-duplicate candidates)."""
+
+    content_hash: str
+    band_key: str
+    epoch: int
+    members: tuple[str, ...]
+
+
+class VerifyRequest(msgspec.Struct, frozen=True, tag="verify", tag_field="op"):
+    """Content → content: check whether the sender is a near copy of the receiver."""
+
+    content_hash: str
+    sender: str
+    epoch: int
+    norm: str
+    text: str
+    info: Info
+
+
+class VerifyResult(msgspec.Struct, frozen=True, tag="verified", tag_field="op"):
+    """Content → content: the verified similarity, and whether the pair may merge."""
+
+    content_hash: str
+    sender: str
+    epoch: int
+    jaccard: float
+    edge: bool
+    info: Info
+
+
+class NeighborUpdate(msgspec.Struct, frozen=True, tag="neighbor", tag_field="op"):
+    """Content → content: the sender's new state; a report when the receiver is the sender's canonical."""
+
+    content_hash: str
+    sender: str
+    info: Info
+    report: MemberReport | None = None
+
+
+Message = (
+    UpsertEvent
+    | DeleteEvent
+    | AclEvent
+    | ContentStatus
+    | RefUpdate
+    | BandAck
+    | VerifyRequest
+    | VerifyResult
+    | NeighborUpdate
+    | BandJoin
+    | BandLeave
+)
+
+
+class Output(msgspec.Struct, frozen=True):
+    """A record for an output topic; ``value`` None is a tombstone."""
+
+    topic: str
+    key: str | None
+    value: dict[str, Any] | None
+
+
+def route(message: Message) -> tuple[str, str]:
+    """Return the stage that handles ``message`` and the key it is partitioned by."""
+    if isinstance(message, (UpsertEvent, DeleteEvent, AclEvent, ContentStatus)):
+        return "source", message.source_id
+    if isinstance(message, (BandJoin, BandLeave)):
+        return "band", message.band_key
+    return "content", message.content_hash

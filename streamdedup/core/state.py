@@ -1,0 +1,183 @@
+"""Partition-local state: the records each stage keeps, and the protocol a driver provides to reach them.
+
+A handler sees only :class:`PartitionState` (bytes by key) for the one partition of its own stage; the records
+are encoded as MessagePack by msgspec (never pickle). :class:`Table` gives typed access and keeps every record a
+handler touched decoded until the driver commits, so a batch decodes and encodes each key once.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, Literal, Protocol, TypeVar
+
+import msgspec
+
+from streamdedup.core.messages import ContentStatus, Info, MemberReport
+from streamdedup.core.model import SourceAttrs
+
+__all__ = [
+    "BandRecord",
+    "ContentRecord",
+    "MappingEntry",
+    "NeighborEntry",
+    "PartitionState",
+    "RefEntry",
+    "SourceRecord",
+    "Table",
+]
+
+
+class PartitionState(Protocol):
+    """Key-value access to one partition of one stage's state, provided by a driver."""
+
+    def get(self, key: str) -> bytes | None:
+        """Return the stored value of ``key``, or None."""
+        ...
+
+    def put(self, key: str, value: bytes) -> None:
+        """Store ``value`` under ``key`` (visible to later gets in the same batch)."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove ``key``."""
+        ...
+
+
+class MappingEntry(msgspec.Struct, frozen=True, array_like=True):
+    """One position of a source mapping (design §4, ``source-mappings``)."""
+
+    position: int
+    content_hash: str
+    chunk_id: str
+    relation: Literal["canonical", "exact", "near"]
+    jaccard: float
+
+
+class SourceRecord(msgspec.Struct, kw_only=True):
+    """State of the ``source`` stage for one source_id."""
+
+    version: int = -1
+    deleted: bool = False
+    attrs: SourceAttrs | None = None
+    collection: str = "default"
+    chunks: list[str] = msgspec.field(default_factory=list)  # content hash at each position
+    texts: list[str] = msgspec.field(default_factory=list)  # original chunk text at each position
+    statuses: dict[str, ContentStatus] = msgspec.field(default_factory=dict)
+    mapping: list[MappingEntry] | None = None  # the last emitted mapping
+    mapped_version: int = -1  # the version the last emitted mapping was for
+
+
+class RefEntry(msgspec.Struct, kw_only=True, array_like=True):
+    """The positions one source holds a content at; empty positions are a tombstone of that version."""
+
+    version: int
+    positions: tuple[int, ...] = ()
+    texts: tuple[str, ...] = ()  # empty when every original text equals the content's display text
+    attrs: SourceAttrs | None = None
+
+
+class NeighborEntry(msgspec.Struct, kw_only=True, array_like=True):
+    """A verified near copy: exact Jaccard (at least the threshold, no fact conflict) and its last known state."""
+
+    jaccard: float
+    info: Info
+
+
+class ContentRecord(msgspec.Struct, kw_only=True):
+    """State of the ``content`` stage for one content hash (one distinct normalized text)."""
+
+    seq: int = 0
+    epoch: int = 0
+    alive: bool = False
+    norm: str = ""
+    text: str = ""
+    signature: bytes = b""  # only for contents long enough to take part in near matching
+    indexed: bool = False  # joined its LSH bands in this epoch
+    refs: dict[str, RefEntry] = msgspec.field(default_factory=dict)
+    # Discovery of near copies for the current epoch.
+    pending_bands: list[str] = msgspec.field(default_factory=list)
+    pending_verify: list[str] = msgspec.field(default_factory=list)
+    checked: list[str] = msgspec.field(default_factory=list)
+    neighbors: dict[str, NeighborEntry] = msgspec.field(default_factory=dict)
+    # The decision and what was last told to others.
+    role: Literal["pending", "canonical", "member", "dead"] = "pending"
+    target: str = ""
+    jaccard: float = 1.0
+    canonical_ref: tuple[str, int] | None = None
+    members: dict[str, MemberReport] = msgspec.field(default_factory=dict)
+    sent_info: Info | None = None
+    sent_report: MemberReport | None = None
+    sent_status: tuple[str, str, float, tuple[str, int] | None] | None = None
+    record_digest: str = ""
+    revision: int = 0
+    flagged: list[str] = msgspec.field(default_factory=list)
+
+    def live_refs(self) -> list[tuple[str, int, SourceAttrs, str]]:
+        """Return ``(source_id, position, attrs, original text)`` for every live position, sorted."""
+        out = []
+        for source_id, ref in self.refs.items():
+            if not ref.positions or ref.attrs is None:
+                continue
+            for i, position in enumerate(ref.positions):
+                out.append((source_id, position, ref.attrs, ref.texts[i] if ref.texts else self.text))
+        out.sort(key=lambda r: (r[0], r[1]))
+        return out
+
+
+class BandRecord(msgspec.Struct, kw_only=True):
+    """State of the ``band`` stage for one LSH bucket: content hash → the epoch it joined under."""
+
+    members: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+R = TypeVar("R", SourceRecord, ContentRecord, BandRecord)
+
+
+class Table(Generic[R]):
+    """Typed, batch-cached access to one stage's records over a :class:`PartitionState`."""
+
+    def __init__(self, state: PartitionState, record_type: type[R]) -> None:
+        self._state = state
+        self._type = record_type
+        self._decoder = msgspec.msgpack.Decoder(record_type)
+        self._encoder = msgspec.msgpack.Encoder()
+        self._cache: dict[str, R | None] = {}
+        self._dirty: set[str] = set()
+
+    def get(self, key: str) -> R | None:
+        """Return the record for ``key``, or None."""
+        if key not in self._cache:
+            raw = self._state.get(key)
+            self._cache[key] = None if raw is None else self._decoder.decode(raw)
+        return self._cache[key]
+
+    def get_or_new(self, key: str) -> R:
+        """Return the record for ``key``, creating an empty one."""
+        record = self.get(key)
+        if record is None:
+            record = self._type()
+            self._cache[key] = record
+        return record
+
+    def put(self, key: str, record: R) -> None:
+        """Replace the record for ``key``."""
+        self._cache[key] = record
+        self._dirty.add(key)
+
+    def mark(self, key: str) -> None:
+        """Note that the record for ``key`` changed and must be written back."""
+        self._dirty.add(key)
+
+    def delete(self, key: str) -> None:
+        """Drop the record for ``key``."""
+        self._cache[key] = None
+        self._dirty.add(key)
+
+    def flush(self) -> None:
+        """Write every changed record to the partition state."""
+        for key in sorted(self._dirty):
+            record = self._cache[key]
+            if record is None:
+                self._state.delete(key)
+            else:
+                self._state.put(key, self._encoder.encode(record))
+        self._dirty.clear()

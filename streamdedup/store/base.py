@@ -1,0 +1,116 @@
+"""The store protocol: partition-local state of every stage, committed atomically with driver metadata.
+
+A :class:`Store` holds, per stage and partition, a map from key to bytes, plus a small metadata map (format
+version, engine parameters, progress counters). A :class:`Transaction` overlays a store for one batch: handlers
+read and write through :meth:`Transaction.partition`, and :meth:`Transaction.commit` writes every change and the
+metadata in one atomic step, so a crash leaves either all of a batch or none of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Protocol
+
+from streamdedup.core.messages import STAGES
+from streamdedup.core.params import EngineParams
+from streamdedup.errors import StateMismatchError
+
+__all__ = ["FAMILIES", "PARAMS_KEY", "VIEW_FAMILY", "Change", "Store", "Transaction", "check_params"]
+
+PARAMS_KEY = "engine-params"
+#: Where the embedded driver keeps its per-key view totals, beside the stages' state.
+VIEW_FAMILY = "view"
+#: Every keyed family a store holds: one per stage, and the view totals.
+FAMILIES = (*STAGES, VIEW_FAMILY)
+
+#: (stage, partition, key) -> new value, or None to delete.
+Change = Mapping[tuple[str, int, str], "bytes | None"]
+
+
+class Store(Protocol):
+    """Stage state and metadata behind one atomic commit."""
+
+    def get(self, stage: str, partition: int, key: str) -> bytes | None:
+        """Return the value of ``key`` in a stage partition, or None."""
+        ...
+
+    def get_meta(self, key: str) -> bytes | None:
+        """Return a metadata value, or None."""
+        ...
+
+    def commit(self, changes: Change, meta: Mapping[str, bytes]) -> None:
+        """Apply every change and metadata value atomically."""
+        ...
+
+    def close(self) -> None:
+        """Release the store; later calls fail."""
+        ...
+
+
+class _PartitionView:
+    """A :class:`~streamdedup.core.state.PartitionState` over a transaction."""
+
+    __slots__ = ("_partition", "_stage", "_txn")
+
+    def __init__(self, txn: Transaction, stage: str, partition: int) -> None:
+        self._txn, self._stage, self._partition = txn, stage, partition
+
+    def get(self, key: str) -> bytes | None:
+        return self._txn.read(self._stage, self._partition, key)
+
+    def put(self, key: str, value: bytes) -> None:
+        self._txn.changes[(self._stage, self._partition, key)] = value
+
+    def delete(self, key: str) -> None:
+        self._txn.changes[(self._stage, self._partition, key)] = None
+
+
+class Transaction:
+    """Changes to a store that become visible to its reads at once and durable at :meth:`commit`."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.changes: dict[tuple[str, int, str], bytes | None] = {}
+        self.meta: dict[str, bytes] = {}
+
+    def read(self, stage: str, partition: int, key: str) -> bytes | None:
+        """Return the value of ``key`` as this transaction sees it."""
+        address = (stage, partition, key)
+        if address in self.changes:
+            return self.changes[address]
+        return self._store.get(stage, partition, key)
+
+    def partition(self, stage: str, partition: int) -> _PartitionView:
+        """Return the state one handler call sees."""
+        return _PartitionView(self, stage, partition)
+
+    def commit(self) -> None:
+        """Write the changes and metadata atomically and start afresh."""
+        if self.changes or self.meta:
+            self._store.commit(self.changes, self.meta)
+        self.changes, self.meta = {}, {}
+
+
+def check_params(store: Store, params: EngineParams, *, where: str) -> None:
+    """Record ``params`` in a new store, or refuse a store built under different parameters."""
+    wanted = params.fingerprint()
+    raw = store.get_meta(PARAMS_KEY)
+    if raw is None:
+        store.commit({}, {PARAMS_KEY: json.dumps(wanted, sort_keys=True).encode()})
+        return
+    stored = json.loads(raw)
+    if stored == wanted:
+        return
+    if stored.get("format") != wanted["format"]:
+        raise StateMismatchError(
+            f"the state at {where} has format {stored.get('format')}, this version reads format {wanted['format']}"
+        )
+    diffs = ", ".join(
+        f"{name}={stored.get(name)!r} (settings say {wanted[name]!r})"
+        for name in sorted(wanted)
+        if stored.get(name) != wanted[name]
+    )
+    raise StateMismatchError(
+        f"the state at {where} was built with {diffs}; use those settings or a new state directory"
+    )

@@ -1,0 +1,50 @@
+"""A store in process memory, for tests and short runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from streamdedup.store.base import Change
+
+__all__ = ["MemoryStore"]
+
+
+class MemoryStore:
+    """Stage state in dictionaries; :meth:`commit` applies a batch at once."""
+
+    def __init__(self) -> None:
+        self._data: dict[tuple[str, int, str], bytes] = {}
+        self._meta: dict[str, bytes] = {}
+        self._closed = False
+
+    def get(self, stage: str, partition: int, key: str) -> bytes | None:
+        """Return the value of ``key`` in a stage partition, or None."""
+        self._check()
+        return self._data.get((stage, partition, key))
+
+    def get_meta(self, key: str) -> bytes | None:
+        """Return a metadata value, or None."""
+        self._check()
+        return self._meta.get(key)
+
+    def commit(self, changes: Change, meta: Mapping[str, bytes]) -> None:
+        """Apply every change and metadata value."""
+        self._check()
+        for address, value in changes.items():
+            if value is None:
+                self._data.pop(address, None)
+            else:
+                self._data[address] = value
+        self._meta.update(meta)
+
+    def keys(self, stage: str) -> list[tuple[int, str]]:
+        """Return the (partition, key) pairs of a stage, sorted."""
+        return sorted((p, k) for s, p, k in self._data if s == stage)
+
+    def close(self) -> None:
+        """Drop nothing, but refuse later use, like a closed database."""
+        self._closed = True
+
+    def _check(self) -> None:
+        if self._closed:
+            raise RuntimeError("the memory store is closed")

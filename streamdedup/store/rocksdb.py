@@ -1,0 +1,84 @@
+"""A store in RocksDB (rocksdict, raw bytes mode): one column family per stage plus one for metadata.
+
+Keys are the partition as two big-endian bytes followed by the UTF-8 key, so one partition's keys are contiguous.
+A commit is one ``WriteBatch``: the state changes of a batch and its progress metadata land together or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import rocksdict
+
+from streamdedup.errors import StateError
+from streamdedup.store.base import FAMILIES, Change
+
+__all__ = ["RocksDBStore"]
+
+_META = "meta"
+
+
+def _options() -> rocksdict.Options:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return options
+
+
+def _address(partition: int, key: str) -> bytes:
+    return partition.to_bytes(2, "big") + key.encode("utf-8")
+
+
+class RocksDBStore:
+    """Stage state in a RocksDB database under ``path``."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            families = {name: _options() for name in (*FAMILIES, _META)}
+            self._db = rocksdict.Rdict(str(self.path / "db"), options=_options(), column_families=families)
+        except Exception as exc:
+            raise StateError(f"cannot open the state at {self.path}: {exc}") from exc
+        self._families = {name: self._db.get_column_family(name) for name in (*FAMILIES, _META)}
+        self._handles = {name: self._db.get_column_family_handle(name) for name in (*FAMILIES, _META)}
+
+    def get(self, stage: str, partition: int, key: str) -> bytes | None:
+        """Return the value of ``key`` in a stage partition, or None."""
+        value = self._families[stage].get(_address(partition, key))
+        return None if value is None else bytes(value)
+
+    def get_meta(self, key: str) -> bytes | None:
+        """Return a metadata value, or None."""
+        value = self._families[_META].get(key.encode("utf-8"))
+        return None if value is None else bytes(value)
+
+    def commit(self, changes: Change, meta: Mapping[str, bytes]) -> None:
+        """Write every change and metadata value in one ``WriteBatch``."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for (stage, partition, key), value in changes.items():
+            if value is None:
+                batch.delete(_address(partition, key), self._handles[stage])
+            else:
+                batch.put(_address(partition, key), value, self._handles[stage])
+        for key, value in meta.items():
+            batch.put(key.encode("utf-8"), value, self._handles[_META])
+        self._db.write(batch)
+
+    def keys(self, stage: str) -> list[tuple[int, str]]:
+        """Return the (partition, key) pairs of a stage, in key order."""
+        return [(int.from_bytes(k[:2], "big"), bytes(k[2:]).decode("utf-8")) for k in self._families[stage].keys()]
+
+    def disk_bytes(self) -> int:
+        """Return the bytes the database occupies on disk."""
+        return sum(f.stat().st_size for f in (self.path / "db").rglob("*") if f.is_file())
+
+    def close(self) -> None:
+        """Flush and close the database, releasing its lock."""
+        for family in self._families.values():
+            family.close()
+        self._families.clear()
+        self._handles.clear()
+        self._db.flush()
+        self._db.close()

@@ -1,0 +1,157 @@
+"""Checks of invariants I1, I2, I3 and I6 (design §5) on a materialized view against the live sources.
+
+I4 and I5 compare views with each other (replaying events, re-running input) and are checked by the tests that
+produce the views. Each check returns a list of readable violations; an empty list means the view is sound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamdedup.core.facts import fact_conflict
+from streamdedup.core.model import EVERYONE, covered, union_readers
+from streamdedup.core.normalize import normalize
+from streamdedup.core.shingles import jaccard
+from streamdedup.core.view import View
+from streamdedup.testing.reference import LiveSource
+
+__all__ = ["check_invariants"]
+
+
+def check_invariants(
+    view: View, sources: dict[str, LiveSource], *, threshold: float, shingle_size: int
+) -> list[str]:
+    """Return every violation of I1, I2, I3 and I6 in ``view``, given the live ``sources``."""
+    problems: list[str] = []
+    # Every live position: (source_id, position) -> (content hash, normalized text, source).
+    positions: dict[tuple[str, int], tuple[str, str, LiveSource]] = {}
+    by_hash: dict[str, list[tuple[str, int]]] = {}
+    for source in sources.values():
+        for position, (text, content_hash) in enumerate(zip(source.texts, source.hashes)):
+            positions[(source.source_id, position)] = (content_hash, normalize(text), source)
+            by_hash.setdefault(content_hash, []).append((source.source_id, position))
+    norm_of = {h: positions[refs[0]][1] for h, refs in by_hash.items()}
+
+    def readers_of(content_hash: str) -> tuple[str, ...]:
+        return union_readers([positions[ref][2].attrs.acl for ref in by_hash.get(content_hash, [])])
+
+    # I3: no mapping for a source that is not live; I1: every live source mapped, at its version, every position.
+    for source_id in view.mappings:
+        if source_id not in sources:
+            problems.append(f"I3: mapping for deleted or unknown source {source_id}")
+    for source in sources.values():
+        mapping = view.mappings.get(source.source_id)
+        if mapping is None:
+            problems.append(f"I1: live source {source.source_id} has no mapping")
+            continue
+        if mapping["version"] != source.version:
+            problems.append(f"I1: mapping of {source.source_id} is at version {mapping['version']}, not {source.version}")
+        entries = mapping["chunks"]
+        if [e["position"] for e in entries] != list(range(len(source.texts))):
+            problems.append(f"I1: mapping of {source.source_id} does not list positions 0..{len(source.texts) - 1}")
+            continue
+        for entry in entries:
+            problems.extend(_check_position(view, source, entry, positions, norm_of, threshold, shingle_size))
+
+    for chunk_id, chunk in view.chunks.items():
+        problems.extend(_check_chunk(chunk_id, chunk, positions, by_hash, norm_of, readers_of, threshold, shingle_size))
+    return problems
+
+
+def _check_position(
+    view: View,
+    source: LiveSource,
+    entry: dict[str, Any],
+    positions: dict[tuple[str, int], tuple[str, str, LiveSource]],
+    norm_of: dict[str, str],
+    threshold: float,
+    shingle_size: int,
+) -> list[str]:
+    where = f"{source.source_id}:{entry['position']}"
+    content_hash, norm, _ = positions[(source.source_id, entry["position"])]
+    if entry["content_hash"] != content_hash:
+        return [f"I1: {where} maps content {entry['content_hash'][:12]}, holds {content_hash[:12]}"]
+    chunk = view.chunks.get(entry["chunk_id"])
+    if chunk is None:
+        return [f"I1: {where} points at chunk {entry['chunk_id'][:12]}, which is not live"]
+    problems = []
+    if not any(s["source_id"] == source.source_id and s["position"] == entry["position"] for s in chunk["sources"]):
+        problems.append(f"I1: {where} is missing from the sources of its chunk {entry['chunk_id'][:12]}")
+    canonical_hash = chunk["content_hash"]
+    relation = entry["relation"]
+    if relation in ("canonical", "exact"):
+        if content_hash != canonical_hash:
+            problems.append(f"I1: {where} is '{relation}' but its text differs from the canonical's")
+        is_canonical = (chunk["canonical"]["source_id"], chunk["canonical"]["position"]) == (
+            source.source_id,
+            entry["position"],
+        )
+        if (relation == "canonical") != is_canonical:
+            problems.append(f"I1: {where} is '{relation}' but the chunk's canonical is {chunk['canonical']}")
+    elif relation == "near":
+        canonical_norm = norm_of.get(canonical_hash)
+        if canonical_norm is None:
+            problems.append(f"I3: chunk {canonical_hash[:12]} has no live canonical text")
+        else:
+            similarity = jaccard(norm, canonical_norm, shingle_size)
+            if similarity < threshold:
+                problems.append(f"I1: {where} is 'near' with Jaccard {similarity:.3f} below {threshold}")
+            if fact_conflict(norm, canonical_norm):
+                problems.append(f"I6: {where} is 'near' a canonical that states different facts")
+    else:
+        problems.append(f"I1: {where} has unknown relation {relation!r}")
+    return problems
+
+
+def _check_chunk(
+    chunk_id: str,
+    chunk: dict[str, Any],
+    positions: dict[tuple[str, int], tuple[str, str, LiveSource]],
+    by_hash: dict[str, list[tuple[str, int]]],
+    norm_of: dict[str, str],
+    readers_of: Any,
+    threshold: float,
+    shingle_size: int,
+) -> list[str]:
+    where = f"chunk {chunk_id[:12]}"
+    problems = []
+    canonical_hash = chunk["content_hash"]
+    canonical_ref = (chunk["canonical"]["source_id"], chunk["canonical"]["position"])
+    if positions.get(canonical_ref, ("",))[0] != canonical_hash:
+        problems.append(f"I3: {where}: canonical position {canonical_ref} is not live with the canonical text")
+    # I2: every principal in the ACL reads a live source holding exactly the canonical's text.
+    exact_readers = readers_of(canonical_hash)
+    acl = tuple(chunk["acl"])
+    if EVERYONE in acl and exact_readers != (EVERYONE,):
+        problems.append(f"I2: {where} is open to everyone, but no live exact copy is")
+    elif not covered(acl, exact_readers):
+        problems.append(f"I2: {where} grants {sorted(set(acl) - set(exact_readers))} beyond its exact copies")
+    members = {m["content_hash"]: m for m in chunk["members"]}
+    live_members = [h for h in members if h in by_hash]
+    if not live_members:
+        problems.append(f"I3: {where} has no live member")
+    for member_hash, member in members.items():
+        if member["relation"] == "canonical":
+            continue
+        if member_hash not in norm_of:
+            problems.append(f"I3: {where} lists member {member_hash[:12]} that no live source holds")
+            continue
+        if not covered(readers_of(member_hash), acl):
+            problems.append(f"I2: {where} merges near member {member_hash[:12]} whose readers it does not cover")
+        if canonical_hash in norm_of:
+            if jaccard(norm_of[member_hash], norm_of[canonical_hash], shingle_size) < threshold:
+                problems.append(f"I1: {where} has near member {member_hash[:12]} below the threshold")
+            if fact_conflict(norm_of[member_hash], norm_of[canonical_hash]):
+                problems.append(f"I6: {where} has near member {member_hash[:12]} with different facts")
+    # I3: the sources list holds exactly the live positions of its members.
+    listed = {(s["source_id"], s["position"]): s["content_hash"] for s in chunk["sources"]}
+    for ref, content_hash in listed.items():
+        if positions.get(ref, ("",))[0] != content_hash:
+            problems.append(f"I3: {where} lists source position {ref} that is not live with that text")
+        if content_hash not in members:
+            problems.append(f"I3: {where} lists source position {ref} of a content that is not a member")
+    for member_hash in live_members:
+        for ref in by_hash[member_hash]:
+            if ref not in listed:
+                problems.append(f"I3: {where} omits live source position {ref} of member {member_hash[:12]}")
+    return problems

@@ -1,0 +1,204 @@
+"""A reference model: the live sources an event sequence leaves, and the view the engine must converge to.
+
+It computes the same semantics as the engine in the simplest centralized way, with no messages, partitions or
+incremental state: apply the version rules, collect the live contents, find LSH candidate pairs, verify them,
+and cluster the contents in canonical-policy order. Tests compare the engine's view, under any driver and any
+interleaving, with this one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from streamdedup.core.clustering import decide
+from streamdedup.core.engine import Engine
+from streamdedup.core.facts import fact_conflict
+from streamdedup.core.messages import Info, MemberReport, SourceRef
+from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent, Rank, SourceAttrs, union_readers
+from streamdedup.core.normalize import normalize
+from streamdedup.core.records import chunk_value, mapping_value, review_key
+from streamdedup.core.shingles import jaccard_of_sets, shingle_set, shingles
+from streamdedup.core.stages.source import chunk_texts
+from streamdedup.core.state import MappingEntry
+
+__all__ = ["LiveSource", "Reference", "live_sources"]
+
+
+@dataclass(frozen=True)
+class LiveSource:
+    """A source that is live after an event sequence: its version, attributes and chunk texts."""
+
+    source_id: str
+    version: int
+    attrs: SourceAttrs
+    texts: tuple[str, ...]
+
+    @property
+    def hashes(self) -> list[str]:
+        """Return the content hash of every position."""
+        return [hashlib.sha256(normalize(t).encode("utf-8")).hexdigest() for t in self.texts]
+
+
+def live_sources(events: Iterable[InputEvent]) -> dict[str, LiveSource]:
+    """Apply the version rules of the contract and return the live sources."""
+    versions: dict[str, int] = {}
+    live: dict[str, LiveSource] = {}
+    for event in events:
+        if event.version <= versions.get(event.source_id, -1):
+            continue
+        versions[event.source_id] = event.version
+        if isinstance(event, DeleteEvent):
+            live.pop(event.source_id, None)
+        elif isinstance(event, AclEvent):
+            current = live.get(event.source_id)
+            if current is not None:
+                attrs = msgspec.structs.replace(current.attrs, acl=event.acl)
+                live[event.source_id] = LiveSource(event.source_id, event.version, attrs, current.texts)
+        else:
+            live[event.source_id] = LiveSource(
+                event.source_id, event.version, event.attrs, tuple(chunk_texts(event))
+            )
+    return live
+
+
+@dataclass
+class _Content:
+    norm: str
+    refs: list[tuple[str, int, SourceAttrs, str]]
+    rank: Rank
+    readers: tuple[str, ...]
+    long: bool
+    band_keys: list[str]
+
+
+class Reference:
+    """The expected outcome for a set of live sources under one engine's parameters."""
+
+    def __init__(self, engine: Engine, sources: dict[str, LiveSource]) -> None:
+        self.engine = engine
+        self.sources = sources
+        params = engine.params
+        self.contents = self._contents()
+        self.edges: dict[str, dict[str, float]] = {h: {} for h in self.contents}
+        self.fact_conflicts: set[str] = set()
+        for a, b in self._candidate_pairs():
+            ca, cb = self.contents[a], self.contents[b]
+            size = params.shingle_size
+            similarity = jaccard_of_sets(shingle_set(ca.norm, size), shingle_set(cb.norm, size))
+            if similarity < params.threshold:
+                continue
+            if fact_conflict(ca.norm, cb.norm):
+                self.fact_conflicts.add(review_key(a, b))
+                continue
+            self.edges[a][b] = self.edges[b][a] = similarity
+        self.role: dict[str, tuple[str, str, float]] = {}
+        self.acl_boundaries: set[str] = set()
+        self._cluster()
+
+    def _contents(self) -> dict[str, _Content]:
+        params, policy = self.engine.params, self.engine.policy
+        refs: dict[str, list[tuple[str, int, SourceAttrs, str]]] = {}
+        norms: dict[str, str] = {}
+        for source in self.sources.values():
+            for position, (text, content_hash) in enumerate(zip(source.texts, source.hashes)):
+                refs.setdefault(content_hash, []).append((source.source_id, position, source.attrs, text))
+                norms[content_hash] = normalize(text)
+        contents = {}
+        for content_hash, content_refs in refs.items():
+            content_refs.sort(key=lambda r: (r[0], r[1]))
+            norm = norms[content_hash]
+            shingle_list = shingles(norm, params.shingle_size)
+            long = len(set(shingle_list)) >= params.min_shingles
+            keys: list[str] = []
+            if long:
+                signature = self.engine.scheme.signatures([shingle_list])[0]
+                keys = self.engine.scheme.band_keys(signature, params.bands, params.rows)
+            contents[content_hash] = _Content(
+                norm=norm,
+                refs=content_refs,
+                rank=policy.rank(content_hash, len(norm), [(s, p, a) for s, p, a, _ in content_refs]),
+                readers=union_readers([a.acl for _, _, a, _ in content_refs]),
+                long=long,
+                band_keys=keys,
+            )
+        return contents
+
+    def _candidate_pairs(self) -> set[tuple[str, str]]:
+        buckets: dict[str, list[str]] = {}
+        for content_hash, content in self.contents.items():
+            for key in content.band_keys:
+                buckets.setdefault(key, []).append(content_hash)
+        pairs = set()
+        for members in buckets.values():
+            for i, a in enumerate(members):
+                for b in members[i + 1 :]:
+                    pairs.add((min(a, b), max(a, b)))
+        return pairs
+
+    def _cluster(self) -> None:
+        policy = self.engine.policy
+        order = sorted(self.contents, key=lambda h: policy.sort_key(self.contents[h].rank))
+        for content_hash in order:
+            content = self.contents[content_hash]
+            neighbors = []
+            for other, similarity in sorted(self.edges[content_hash].items()):
+                o = self.contents[other]
+                role, target, _ = self.role.get(other, ("pending", "", 1.0))
+                neighbors.append((other, similarity, Info(0, role, o.rank, o.readers, target)))  # type: ignore[arg-type]
+            decision = decide(content.rank, content.readers, neighbors, policy, first=False)
+            assert decision is not None
+            for other in decision.refused:
+                self.acl_boundaries.add(review_key(content_hash, other))
+            self.role[content_hash] = (decision.role, decision.target, decision.jaccard)
+
+    def chunks(self) -> dict[str, dict[str, Any]]:
+        """Return the expected ``canonical-chunks`` view, without revisions."""
+        members: dict[str, dict[str, MemberReport]] = {}
+        for content_hash, (role, target, similarity) in self.role.items():
+            if role == "member":
+                refs = tuple(SourceRef(s, p, a) for s, p, a, _ in self.contents[content_hash].refs)
+                members.setdefault(target, {})[content_hash] = MemberReport(similarity, refs)
+        out = {}
+        for content_hash, (role, _, _) in self.role.items():
+            if role != "canonical":
+                continue
+            content = self.contents[content_hash]
+            source_id, position, _ = self.engine.policy.best_ref([(s, p, a) for s, p, a, _ in content.refs])
+            text = next(t for s, p, _, t in content.refs if (s, p) == (source_id, position))
+            out[content_hash] = chunk_value(
+                content_hash=content_hash,
+                text=text,
+                canonical=(source_id, position),
+                readers=content.readers,
+                own_refs=[SourceRef(s, p, a) for s, p, a, _ in content.refs],
+                members=members.get(content_hash, {}),
+            )
+        return out
+
+    def mappings(self) -> dict[str, dict[str, Any]]:
+        """Return the expected ``source-mappings`` view."""
+        out = {}
+        for source in self.sources.values():
+            entries = []
+            for position, content_hash in enumerate(source.hashes):
+                role, target, similarity = self.role[content_hash]
+                if role == "member":
+                    entries.append(MappingEntry(position, content_hash, target, "near", similarity))
+                    continue
+                content = self.contents[content_hash]
+                best = self.engine.policy.best_ref([(s, p, a) for s, p, a, _ in content.refs])
+                relation = "canonical" if best[:2] == (source.source_id, position) else "exact"
+                entries.append(MappingEntry(position, content_hash, content_hash, relation, 1.0))
+            out[source.source_id] = mapping_value(source.source_id, source.version, entries)
+        return out
+
+    def compacted(self) -> bytes:
+        """Return the expected compacted view in the form of :meth:`View.compacted` without revisions."""
+        return msgspec.json.encode(
+            {"canonical-chunks": self.chunks(), "source-mappings": self.mappings()}, order="sorted"
+        )

@@ -1,0 +1,111 @@
+"""The simulation driver: every stage with P partitions, and seeded random interleavings of deliveries.
+
+It models what a Kafka deployment may do to messages: each partition is a FIFO log, but which partition is
+served next, how much of it one handler call takes, and when the next input event arrives are chosen by a seeded
+random generator. It can also deliver messages again, as Kafka does after a consumer restarts before committing:
+
+- ``rewind``: after a handler call, with this probability, the same batch is delivered again (its effects
+  already applied);
+- ``duplicate``: with this probability, a copy of some earlier message of the partition is queued again at a
+  random place, arriving late and out of order (harsher than Kafka).
+
+Messages are encoded to JSON and back on the way, as they would be on a topic.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import msgspec
+
+from streamdedup.core.engine import Engine
+from streamdedup.core.messages import STAGES, Message, Output
+from streamdedup.core.model import InputEvent
+from streamdedup.store.base import Transaction
+from streamdedup.store.memory import MemoryStore
+
+__all__ = ["SimulationDriver"]
+
+_encoder = msgspec.json.Encoder()
+_decoder: msgspec.json.Decoder[Message] = msgspec.json.Decoder(Message)  # type: ignore[arg-type]
+
+
+class SimulationDriver:
+    """Run the engine's stages with ``partitions`` partitions each under a seeded random schedule."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        partitions: int,
+        seed: int,
+        max_batch: int | None = None,
+        input_rate: float | None = None,
+        rewind: float = 0.0,
+        duplicate: float = 0.0,
+        max_steps: int = 2_000_000,
+    ) -> None:
+        self.engine = engine
+        self.partitions = partitions
+        self.rng = random.Random(seed)
+        # Unless given, the pace of input against processing and the batch size are part of the random schedule:
+        # from nearly one event at a time through the whole pipeline to bursts that pile up in every queue.
+        self.max_batch = max_batch or self.rng.choice((1, 3, 8, 64))
+        self.input_rate = input_rate if input_rate is not None else self.rng.choice((0.005, 0.05, 0.3, 0.9))
+        self.rewind = rewind
+        self.duplicate = duplicate
+        self.max_steps = max_steps
+        self.store = MemoryStore()
+        self.queues: dict[tuple[str, int], list[bytes]] = {
+            (stage, p): [] for stage in STAGES for p in range(partitions)
+        }
+        self.history: dict[tuple[str, int], list[bytes]] = {address: [] for address in self.queues}
+        self.outputs: list[Output] = []
+        self.deliveries = 0
+        self.redeliveries = 0
+
+    def _enqueue(self, message: Message) -> None:
+        stage, partition = self.engine.partition_of(message, self.partitions)
+        self.queues[(stage, partition)].append(_encoder.encode(message))
+
+    def run(self, events: Sequence[InputEvent]) -> list[Output]:
+        """Feed ``events`` in order while processing, until nothing is left; return the outputs of this run."""
+        start = len(self.outputs)
+        pending = list(events)
+        next_input = 0
+        for _ in range(self.max_steps):
+            busy = [address for address, queue in self.queues.items() if queue]
+            if next_input < len(pending) and (not busy or self.rng.random() < self.input_rate):
+                self._enqueue(pending[next_input])
+                next_input += 1
+                continue
+            if not busy:
+                return self.outputs[start:]
+            self._step(self.rng.choice(busy))
+        raise RuntimeError(f"the simulation did not settle within {self.max_steps} steps")
+
+    def _step(self, address: tuple[str, int]) -> None:
+        stage, partition = address
+        queue = self.queues[address]
+        size = self.rng.randint(1, self.max_batch)
+        raw, self.queues[address] = queue[:size], queue[size:]
+        batch = [_decoder.decode(item) for item in raw]
+        txn = Transaction(self.store)
+        produced = self.engine.handle(stage, batch, txn.partition(stage, partition))
+        txn.commit()
+        self.deliveries += len(batch)
+        for item in produced:
+            if isinstance(item, Output):
+                self.outputs.append(item)
+            else:
+                self._enqueue(item)
+        self.history[address].extend(raw)
+        if self.rewind and self.rng.random() < self.rewind:
+            self.queues[address][:0] = raw
+            self.redeliveries += len(raw)
+        if self.duplicate and self.rng.random() < self.duplicate:
+            copy = self.rng.choice(self.history[address])
+            target = self.queues[address]
+            target.insert(self.rng.randint(0, len(target)), copy)
+            self.redeliveries += 1
