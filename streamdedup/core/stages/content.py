@@ -39,7 +39,7 @@ from streamdedup.core.messages import (
     VerifyRequest,
     VerifyResult,
 )
-from streamdedup.core.model import Rank, union_readers
+from streamdedup.core.model import Rank, SourceAttrs, union_readers
 from streamdedup.core.records import audit_value, chunk_value, review_key, review_value
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set, shingles
 from streamdedup.core.state import ContentRecord, NeighborEntry, PartitionState, RefEntry, Table
@@ -286,8 +286,7 @@ class ContentStage:
         canonical_ref = self._policy.best_ref(ref_keys)[:2] if record.role == "canonical" else None
         record.canonical_ref = canonical_ref  # type: ignore[assignment]
         if canonical_ref is not None and work.was_role == "canonical" and work.was_ref != canonical_ref:
-            moved = {"source_id": canonical_ref[0], "position": canonical_ref[1]}
-            out.append(Output("audit", key, audit_value(key, "swap", "canonical source changed", canonical=moved)))
+            out.append(self._source_swap(key, work.was_ref, canonical_ref, ref_keys))
         info = Info(record.seq, record.role, rank, readers, record.target)  # type: ignore[arg-type]
         report = (
             MemberReport(record.jaccard, tuple(SourceRef(s, p, a) for s, p, a, _ in refs))
@@ -318,6 +317,26 @@ class ContentStage:
             out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
         for sender, epoch, similarity, edge in work.results:
             out.append(VerifyResult(sender, key, epoch, similarity, edge, info))
+
+    def _source_swap(
+        self,
+        key: str,
+        before: tuple[str, int] | None,
+        after: tuple[str, int],
+        ref_keys: list[tuple[str, int, SourceAttrs]],
+    ) -> Output:
+        """Audit a new canonical source position among the exact copies of a chunk."""
+        attrs = {(s, p): a for s, p, a in ref_keys}
+        if before is None or tuple(before) not in attrs:
+            reason = "canonical source removed"
+        else:
+            old, new = attrs[tuple(before)], attrs[after]  # type: ignore[index]
+            reason = self._policy.reason(
+                Rank(new.authority, new.modified_at, 0, after[0], ""),
+                Rank(old.authority, old.modified_at, 0, before[0], ""),
+            )
+        moved = {"source_id": after[0], "position": after[1]}
+        return Output("audit", key, audit_value(key, "swap", reason, canonical=moved))
 
     def _decide(self, work: _Work, rank: Rank, readers: tuple[str, ...], out: list[Message | Output]) -> None:
         record, key = work.record, work.key

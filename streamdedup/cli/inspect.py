@@ -1,0 +1,152 @@
+"""``streamdedup inspect``: what the embedded state holds for one source or one chunk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from streamdedup.core.engine import Engine
+from streamdedup.core.model import format_timestamp, union_readers
+from streamdedup.core.state import ContentRecord, SourceRecord
+from streamdedup.errors import StateError
+from streamdedup.settings import Settings
+from streamdedup.store.base import check_params
+from streamdedup.store.rocksdb import RocksDBStore
+
+__all__ = ["describe_chunk", "describe_source", "inspect_command"]
+
+_PARTITION = 0  # the embedded runner keeps every stage in partition 0
+
+
+def inspect_command(
+    settings: Settings, state: Path, source: str | None, chunk: str | None, as_json: bool
+) -> None:
+    """Print the source or chunk as tables, or as JSON."""
+    if not (state / "db").exists():
+        raise StateError(f"no state at {state}; run 'streamdedup run' with --state {state} first")
+    store = RocksDBStore(state)
+    try:
+        check_params(store, Engine(settings.engine_params()).params, where=str(state))
+        data = describe_source(store, source) if source is not None else describe_chunk(store, chunk or "")
+    finally:
+        store.close()
+    console = Console()
+    if as_json:
+        console.print_json(json.dumps(data))
+        return
+    _render(console, data)
+
+
+def describe_source(store: RocksDBStore, source_id: str) -> dict[str, Any]:
+    """Return the state of one source as plain data."""
+    raw = store.get("source", _PARTITION, source_id)
+    if raw is None:
+        raise StateError(f"no source {source_id!r} in the state")
+    record = msgspec.msgpack.decode(raw, type=SourceRecord)
+    if record.deleted:
+        return {"source_id": source_id, "version": record.version, "deleted": True}
+    attrs = record.attrs
+    return {
+        "source_id": source_id,
+        "version": record.version,
+        "deleted": False,
+        "acl": list(attrs.acl) if attrs else [],
+        "modified_at": format_timestamp(attrs.modified_at) if attrs else None,
+        "authority": attrs.authority if attrs else None,
+        "collection": record.collection,
+        "chunks": [
+            {
+                "position": e.position,
+                "content_hash": e.content_hash,
+                "chunk_id": e.chunk_id,
+                "relation": e.relation,
+                "jaccard": e.jaccard,
+                "text": record.texts[e.position],
+            }
+            for e in record.mapping or []
+        ],
+    }
+
+
+def describe_chunk(store: RocksDBStore, chunk_id: str) -> dict[str, Any]:
+    """Return the cluster a chunk id (or any member's content hash) belongs to, as plain data."""
+    record = _content(store, chunk_id)
+    if record.role == "member":
+        return {**describe_chunk(store, record.target), "asked": chunk_id}
+    if record.role != "canonical":
+        raise StateError(f"content {chunk_id[:16]}… is {record.role}, not a chunk")
+    refs = record.live_refs()
+    members = [
+        {
+            "content_hash": chunk_id,
+            "relation": "canonical",
+            "jaccard": 1.0,
+            "readers": list(union_readers([a.acl for _, _, a, _ in refs])),
+            "sources": [{"source_id": s, "position": p} for s, p, _, _ in refs],
+        }
+    ]
+    for member_hash, report in sorted(record.members.items()):
+        members.append(
+            {
+                "content_hash": member_hash,
+                "relation": "near",
+                "jaccard": report.jaccard,
+                "readers": list(union_readers([r.attrs.acl for r in report.refs])),
+                "sources": [{"source_id": r.source_id, "position": r.position} for r in report.refs],
+            }
+        )
+    canonical = record.canonical_ref or ("", 0)
+    text = next((t for s, p, _, t in refs if (s, p) == tuple(canonical)), record.text)
+    return {
+        "chunk_id": chunk_id,
+        "canonical": {"source_id": canonical[0], "position": canonical[1]},
+        "acl": members[0]["readers"],
+        "text": text,
+        "members": members,
+        "revision": record.revision,
+    }
+
+
+def _content(store: RocksDBStore, content_hash: str) -> ContentRecord:
+    raw = store.get("content", _PARTITION, content_hash)
+    if raw is None:
+        raise StateError(f"no chunk or content {content_hash!r} in the state")
+    return msgspec.msgpack.decode(raw, type=ContentRecord)
+
+
+def _render(console: Console, data: dict[str, Any]) -> None:
+    if "source_id" in data:
+        console.print(f"[bold]source[/bold] {data['source_id']}  version {data['version']}")
+        if data["deleted"]:
+            console.print("deleted (a version tombstone keeps older events from bringing it back)")
+            return
+        console.print(f"acl {', '.join(data['acl'])}  modified {data['modified_at']}  authority {data['authority']}")
+        table = Table(header_style="bold")
+        for column in ("pos", "relation", "jaccard", "chunk_id", "text"):
+            table.add_column(column)
+        for c in data["chunks"]:
+            table.add_row(str(c["position"]), c["relation"], f"{c['jaccard']:.3f}", c["chunk_id"][:16], _short(c["text"]))
+        console.print(table)
+        return
+    if "asked" in data:
+        console.print(f"{data['asked'][:16]}… is a near member of chunk {data['chunk_id'][:16]}…")
+    console.print(f"[bold]chunk[/bold] {data['chunk_id']}  revision {data['revision']}")
+    console.print(f"canonical {data['canonical']['source_id']}#{data['canonical']['position']}  acl {', '.join(data['acl'])}")
+    console.print(_short(data["text"], 400))
+    table = Table(header_style="bold")
+    for column in ("content_hash", "relation", "jaccard", "readers", "sources"):
+        table.add_column(column)
+    for m in data["members"]:
+        sources = ", ".join(f"{s['source_id']}#{s['position']}" for s in m["sources"])
+        table.add_row(m["content_hash"][:16], m["relation"], f"{m['jaccard']:.3f}", ", ".join(m["readers"]), sources)
+    console.print(table)
+
+
+def _short(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,128 @@
+"""The ``streamdedup`` command line.
+
+Global options set engine parameters (also read from ``STREAMDEDUP_*``); each command builds on the one
+:class:`~streamdedup.settings.Settings` object made here.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from streamdedup.errors import StreamDedupError
+from streamdedup.settings import Settings
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="streamdedup",
+    help="Deduplicate document chunks on their way into RAG indexes: exact and near copies, with deletions, "
+    "versions and permissions kept right.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+err = Console(stderr=True)
+
+
+def _settings(ctx: typer.Context) -> Settings:
+    settings: Settings = ctx.obj
+    return settings
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    threshold: Annotated[float | None, typer.Option(help="Jaccard threshold for near copies.")] = None,
+    shingle_size: Annotated[int | None, typer.Option(help="Words per shingle.")] = None,
+    num_perm: Annotated[int | None, typer.Option(help="MinHash permutations.")] = None,
+    min_shingles: Annotated[int | None, typer.Option(help="Shorter chunks merge only exactly.")] = None,
+    canonical_policy: Annotated[
+        str | None, typer.Option(help="Ordered canonical criteria, e.g. 'authority,modified_at,length,source_id'.")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
+) -> None:
+    """Read settings from the environment and these options."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    overrides: dict[str, Any] = {
+        "threshold": threshold,
+        "shingle_size": shingle_size,
+        "num_perm": num_perm,
+        "min_shingles": min_shingles,
+        "canonical_policy": canonical_policy,
+    }
+    try:
+        ctx.obj = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        ctx.obj.engine_params()
+    except (ValidationError, StreamDedupError) as exc:
+        err.print(f"[red]invalid settings:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+def _state_dir(settings: Settings, state: Path | None) -> Path:
+    chosen = state or settings.state_dir
+    if chosen is None:
+        err.print("[red]no state directory:[/red] pass --state DIR or set STREAMDEDUP_STATE_DIR")
+        raise typer.Exit(2)
+    return chosen
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    input: Annotated[Path, typer.Argument(help="JSONL file of input events (design §4).", exists=True)],
+    state: Annotated[Path | None, typer.Option(help="State directory (RocksDB); kept between runs.")] = None,
+    out: Annotated[str, typer.Option(help="Output JSONL file, appended to; '-' for standard output.")] = "-",
+    batch_size: Annotated[int | None, typer.Option(help="Input events per atomic batch.")] = None,
+) -> None:
+    """Run the engine embedded (no broker) over INPUT and append the outputs to --out."""
+    from streamdedup.cli.run import run_command
+
+    settings = _settings(ctx)
+    if batch_size is not None:
+        settings = settings.model_copy(update={"batch_size": batch_size})
+    _guard(lambda: run_command(settings, input, _state_dir(settings, state), out, err))
+
+
+@app.command()
+def inspect(
+    ctx: typer.Context,
+    state: Annotated[Path | None, typer.Option(help="State directory written by 'run'.")] = None,
+    source: Annotated[str | None, typer.Option(help="Show one source: its version, ACL and chunk mapping.")] = None,
+    chunk: Annotated[str | None, typer.Option(help="Show one chunk: canonical, members, sources, Jaccards.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Show what the state holds for a source or a chunk."""
+    from streamdedup.cli.inspect import inspect_command
+
+    if (source is None) == (chunk is None):
+        err.print("[red]give exactly one of --source and --chunk[/red]")
+        raise typer.Exit(2)
+    settings = _settings(ctx)
+    _guard(lambda: inspect_command(settings, _state_dir(settings, state), source, chunk, json_output))
+
+
+@app.command()
+def config(ctx: typer.Context) -> None:
+    """Print the effective settings and the LSH banding they imply."""
+    from streamdedup.cli.config import config_command
+
+    config_command(_settings(ctx))
+
+
+def _guard(action: Any) -> None:
+    try:
+        action()
+    except StreamDedupError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+
+
+def main() -> None:
+    """Entry point of the ``streamdedup`` script."""
+    app()
