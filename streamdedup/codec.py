@@ -21,7 +21,14 @@ from typing import Any
 import msgspec
 
 from streamdedup.core.messages import Output
-from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent, SourceAttrs, UpsertEvent, format_timestamp
+from streamdedup.core.model import (
+    AclEvent,
+    DeleteEvent,
+    InputEvent,
+    SourceAttrs,
+    UpsertEvent,
+    format_timestamp,
+)
 from streamdedup.errors import InvalidEventError
 
 __all__ = [
@@ -163,7 +170,12 @@ def decode_event(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES) 
 
 def encode_event(event: InputEvent) -> bytes:
     """Encode a domain input event as contract JSON (the inverse of :func:`decode_event`)."""
-    data: dict[str, Any] = {"schema": DOCUMENT_SCHEMA, "op": "", "source_id": event.source_id, "version": event.version}
+    data: dict[str, Any] = {
+        "schema": DOCUMENT_SCHEMA,
+        "op": "",
+        "source_id": event.source_id,
+        "version": event.version,
+    }
     if isinstance(event, DeleteEvent):
         data["op"] = "delete"
     elif isinstance(event, AclEvent):

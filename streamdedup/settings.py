@@ -29,9 +29,13 @@ class Settings(BaseSettings):
     # Dedup parameters (design §3); the state refuses to open under different ones.
     shingle_size: int = Field(5, ge=1, description="Words per shingle.")
     num_perm: int = Field(128, ge=1, le=1024, description="MinHash permutations.")
-    threshold: float = Field(0.8, gt=0, le=1, description="Jaccard at or above which a verified pair is near.")
+    threshold: float = Field(
+        0.8, gt=0, le=1, description="Jaccard at or above which a verified pair is near."
+    )
     min_shingles: int = Field(10, ge=1, description="Chunks with fewer distinct shingles merge only exactly.")
-    lsh_min_recall: float = Field(0.99, gt=0, lt=1, description="Candidate probability wanted at J = threshold.")
+    lsh_min_recall: float = Field(
+        0.99, gt=0, lt=1, description="Candidate probability wanted at J = threshold."
+    )
     lsh_bands: int = Field(0, ge=0, description="LSH bands; 0 chooses bands and rows from the recall.")
     lsh_rows: int = Field(0, ge=0, description="LSH rows per band; set together with lsh_bands.")
     seed: int = Field(1, description="Seed of the MinHash permutations.")
@@ -41,7 +45,9 @@ class Settings(BaseSettings):
 
     # Embedded runner.
     batch_size: int = Field(256, ge=1, description="Input events per batch (one atomic state commit each).")
-    max_event_bytes: int = Field(DEFAULT_MAX_EVENT_BYTES, ge=1024, description="Larger input events are dead-lettered.")
+    max_event_bytes: int = Field(
+        DEFAULT_MAX_EVENT_BYTES, ge=1024, description="Larger input events are dead-lettered."
+    )
     state_dir: Path | None = Field(None, description="Default state directory for run and inspect.")
 
     @field_validator("canonical_policy", mode="before")

@@ -1,0 +1,3 @@
+"""The ``streamdedup`` command line."""
+
+__all__: list[str] = []

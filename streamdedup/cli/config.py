@@ -31,5 +31,8 @@ def config_command(settings: Settings, console: Console | None = None) -> None:
     lsh.add_row("rows per band (r)", str(params.rows))
     lsh.add_row(f"candidate probability at J = t = {params.threshold}", f"{params.recall_at_threshold:.4f}")
     for jaccard in (0.5, 0.6, 0.7, 0.9):
-        lsh.add_row(f"candidate probability at J = {jaccard}", f"{candidate_probability(jaccard, params.bands, params.rows):.4f}")
+        lsh.add_row(
+            f"candidate probability at J = {jaccard}",
+            f"{candidate_probability(jaccard, params.bands, params.rows):.4f}",
+        )
     console.print(lsh)

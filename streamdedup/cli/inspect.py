@@ -125,25 +125,37 @@ def _render(console: Console, data: dict[str, Any]) -> None:
         if data["deleted"]:
             console.print("deleted (a version tombstone keeps older events from bringing it back)")
             return
-        console.print(f"acl {', '.join(data['acl'])}  modified {data['modified_at']}  authority {data['authority']}")
+        console.print(
+            f"acl {', '.join(data['acl'])}  modified {data['modified_at']}  authority {data['authority']}"
+        )
         table = Table(header_style="bold")
         for column in ("pos", "relation", "jaccard", "chunk_id", "text"):
             table.add_column(column)
         for c in data["chunks"]:
-            table.add_row(str(c["position"]), c["relation"], f"{c['jaccard']:.3f}", c["chunk_id"][:16], _short(c["text"]))
+            table.add_row(
+                str(c["position"]),
+                c["relation"],
+                f"{c['jaccard']:.3f}",
+                c["chunk_id"][:16],
+                _short(c["text"]),
+            )
         console.print(table)
         return
     if "asked" in data:
         console.print(f"{data['asked'][:16]}… is a near member of chunk {data['chunk_id'][:16]}…")
     console.print(f"[bold]chunk[/bold] {data['chunk_id']}  revision {data['revision']}")
-    console.print(f"canonical {data['canonical']['source_id']}#{data['canonical']['position']}  acl {', '.join(data['acl'])}")
+    console.print(
+        f"canonical {data['canonical']['source_id']}#{data['canonical']['position']}  acl {', '.join(data['acl'])}"
+    )
     console.print(_short(data["text"], 400))
     table = Table(header_style="bold")
     for column in ("content_hash", "relation", "jaccard", "readers", "sources"):
         table.add_column(column)
     for m in data["members"]:
         sources = ", ".join(f"{s['source_id']}#{s['position']}" for s in m["sources"])
-        table.add_row(m["content_hash"][:16], m["relation"], f"{m['jaccard']:.3f}", ", ".join(m["readers"]), sources)
+        table.add_row(
+            m["content_hash"][:16], m["relation"], f"{m['jaccard']:.3f}", ", ".join(m["readers"]), sources
+        )
     console.print(table)
 
 

@@ -43,12 +43,15 @@ def _root(
     num_perm: Annotated[int | None, typer.Option(help="MinHash permutations.")] = None,
     min_shingles: Annotated[int | None, typer.Option(help="Shorter chunks merge only exactly.")] = None,
     canonical_policy: Annotated[
-        str | None, typer.Option(help="Ordered canonical criteria, e.g. 'authority,modified_at,length,source_id'.")
+        str | None,
+        typer.Option(help="Ordered canonical criteria, e.g. 'authority,modified_at,length,source_id'."),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
 ) -> None:
     """Read settings from the environment and these options."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     overrides: dict[str, Any] = {
         "threshold": threshold,
         "shingle_size": shingle_size,
@@ -93,8 +96,12 @@ def run(
 def inspect(
     ctx: typer.Context,
     state: Annotated[Path | None, typer.Option(help="State directory written by 'run'.")] = None,
-    source: Annotated[str | None, typer.Option(help="Show one source: its version, ACL and chunk mapping.")] = None,
-    chunk: Annotated[str | None, typer.Option(help="Show one chunk: canonical, members, sources, Jaccards.")] = None,
+    source: Annotated[
+        str | None, typer.Option(help="Show one source: its version, ACL and chunk mapping.")
+    ] = None,
+    chunk: Annotated[
+        str | None, typer.Option(help="Show one chunk: canonical, members, sources, Jaccards.")
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Show what the state holds for a source or a chunk."""

@@ -40,7 +40,9 @@ def decide(
     first: bool,
 ) -> Decision | None:
     """Return the decision for a content, or None to wait (``first`` decision, a better neighbour undecided)."""
-    better = [(h, j, info) for h, j, info in neighbors if info.rank is not None and policy.better(info.rank, rank)]
+    better = [
+        (h, j, info) for h, j, info in neighbors if info.rank is not None and policy.better(info.rank, rank)
+    ]
     if first and any(info.role == "pending" for _, _, info in better):
         return None
     fits: list[tuple[str, float, Rank]] = []

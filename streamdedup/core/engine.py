@@ -20,6 +20,7 @@ from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.signatures import SignatureScheme
+from streamdedup.core.stages import BandStage, ContentStage, SourceStage
 from streamdedup.core.state import PartitionState
 
 __all__ = ["Engine", "StageHandler"]
@@ -39,8 +40,6 @@ class Engine:
     """The stage handlers for one set of :class:`EngineParams`."""
 
     def __init__(self, params: EngineParams) -> None:
-        from streamdedup.core.stages import BandStage, ContentStage, SourceStage
-
         self.params = params
         self.policy = CanonicalPolicy(params.canonical_policy)
         self.scheme = SignatureScheme(params.num_perm, params.seed)
@@ -50,7 +49,9 @@ class Engine:
             "band": BandStage(self),
         }
 
-    def handle(self, stage: str, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
+    def handle(
+        self, stage: str, messages: Sequence[Message], state: PartitionState
+    ) -> list[Message | Output]:
         """Run one stage on a batch of messages for one of its partitions."""
         return self.stages[stage].handle(messages, state)
 

@@ -101,7 +101,9 @@ def covered(readers: tuple[str, ...], by: tuple[str, ...]) -> bool:
 
 def format_timestamp(micros: int) -> str:
     """Render microseconds since the epoch as an RFC 3339 UTC timestamp."""
-    moment = datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc).replace(microsecond=micros % 1_000_000)
+    moment = datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc).replace(
+        microsecond=micros % 1_000_000
+    )
     text = moment.strftime("%Y-%m-%dT%H:%M:%S")
     if moment.microsecond:
         text += f".{moment.microsecond:06d}".rstrip("0")

@@ -56,12 +56,18 @@ def chunk_value(
     members: dict[str, MemberReport],
 ) -> dict[str, Any]:
     """Return a ``canonical-chunks`` value, without its ``revision``; the chunk_id is the canonical's hash."""
-    member_list: list[dict[str, Any]] = [{"content_hash": content_hash, "relation": "canonical", "jaccard": 1.0}]
+    member_list: list[dict[str, Any]] = [
+        {"content_hash": content_hash, "relation": "canonical", "jaccard": 1.0}
+    ]
     sources = [source_entry(r.source_id, r.position, content_hash, r.attrs) for r in own_refs]
     for member_hash in sorted(members):
         report = members[member_hash]
         member_list.append(
-            {"content_hash": member_hash, "relation": "near", "jaccard": round(report.jaccard, JACCARD_DIGITS)}
+            {
+                "content_hash": member_hash,
+                "relation": "near",
+                "jaccard": round(report.jaccard, JACCARD_DIGITS),
+            }
         )
         sources.extend(source_entry(r.source_id, r.position, member_hash, r.attrs) for r in report.refs)
     sources.sort(key=lambda s: (s["source_id"], s["position"]))

@@ -27,7 +27,7 @@ def shingle_set(normalized: str, size: int) -> frozenset[str]:
 
 
 def jaccard_of_sets(a: frozenset[str], b: frozenset[str]) -> float:
-    """Return ``|a ∩ b| / |a ∪ b|`` (1.0 for two empty sets)."""
+    """Return the size of the intersection over the size of the union (1.0 for two empty sets)."""
     if not a and not b:
         return 1.0
     inter = len(a & b)

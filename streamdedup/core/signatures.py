@@ -39,7 +39,8 @@ def _fmix32(hv: npt.NDArray[np.uint32]) -> npt.NDArray[np.uint32]:
     hv = hv * np.uint32(0x85EBCA6B)
     hv = hv ^ (hv >> np.uint32(13))
     hv = hv * np.uint32(0xC2B2AE35)
-    return hv ^ (hv >> np.uint32(16))
+    mixed: npt.NDArray[np.uint32] = hv ^ (hv >> np.uint32(16))
+    return mixed
 
 
 def _sha1_32(shingle: str) -> int:

@@ -137,8 +137,8 @@ class Table(Generic[R]):
 
     def __init__(self, state: PartitionState, record_type: type[R]) -> None:
         self._state = state
-        self._type = record_type
-        self._decoder = msgspec.msgpack.Decoder(record_type)
+        self._type: type[R] = record_type
+        self._decoder: msgspec.msgpack.Decoder[R] = msgspec.msgpack.Decoder(record_type)
         self._encoder = msgspec.msgpack.Encoder()
         self._cache: dict[str, R | None] = {}
         self._dirty: set[str] = set()

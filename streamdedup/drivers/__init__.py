@@ -1,0 +1,3 @@
+"""Drivers move messages between stages and persist state: embedded (one process) and its JSONL feed."""
+
+__all__: list[str] = []

@@ -26,9 +26,7 @@ class RunReport:
     outputs: int = 0
 
 
-def read_events(
-    path: Path, *, max_bytes: int
-) -> Iterator[tuple[int, int, InputEvent | Output]]:
+def read_events(path: Path, *, max_bytes: int) -> Iterator[tuple[int, int, InputEvent | Output]]:
     """Yield ``(line number, bytes read so far, event or dead letter)`` for each non-blank line of ``path``."""
     done = 0
     with path.open("rb") as handle:
@@ -39,7 +37,11 @@ def read_events(
             try:
                 yield number, done, decode_event(line, max_bytes=max_bytes)
             except InvalidEventError as exc:
-                yield number, done, dead_letter(line.rstrip(b"\r\n"), exc, {"file": str(path), "line": number})
+                yield (
+                    number,
+                    done,
+                    dead_letter(line.rstrip(b"\r\n"), exc, {"file": str(path), "line": number}),
+                )
 
 
 class FileSink:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from streamdedup.errors import StateError
 from streamdedup.store.base import Change
 
 __all__ = ["MemoryStore"]
@@ -47,4 +48,4 @@ class MemoryStore:
 
     def _check(self) -> None:
         if self._closed:
-            raise RuntimeError("the memory store is closed")
+            raise StateError("the memory store is closed")

@@ -44,18 +44,25 @@ class RocksDBStore:
         self._families = {name: self._db.get_column_family(name) for name in (*FAMILIES, _META)}
         self._handles = {name: self._db.get_column_family_handle(name) for name in (*FAMILIES, _META)}
 
+    def _family(self, name: str) -> rocksdict.Rdict:
+        family = self._families.get(name)
+        if family is None:
+            raise StateError(f"the state at {self.path} is closed")
+        return family
+
     def get(self, stage: str, partition: int, key: str) -> bytes | None:
         """Return the value of ``key`` in a stage partition, or None."""
-        value = self._families[stage].get(_address(partition, key))
+        value = self._family(stage).get(_address(partition, key))
         return None if value is None else bytes(value)
 
     def get_meta(self, key: str) -> bytes | None:
         """Return a metadata value, or None."""
-        value = self._families[_META].get(key.encode("utf-8"))
+        value = self._family(_META).get(key.encode("utf-8"))
         return None if value is None else bytes(value)
 
     def commit(self, changes: Change, meta: Mapping[str, bytes]) -> None:
         """Write every change and metadata value in one ``WriteBatch``."""
+        self._family(_META)
         batch = rocksdict.WriteBatch(raw_mode=True)
         for (stage, partition, key), value in changes.items():
             if value is None:
@@ -68,7 +75,9 @@ class RocksDBStore:
 
     def keys(self, stage: str) -> list[tuple[int, str]]:
         """Return the (partition, key) pairs of a stage, in key order."""
-        return [(int.from_bytes(k[:2], "big"), bytes(k[2:]).decode("utf-8")) for k in self._families[stage].keys()]
+        # Iterating an Rdict in raw mode fails; its keys() view works.
+        keys = [k for k in self._family(stage).keys() if isinstance(k, bytes)]  # noqa: SIM118
+        return [(int.from_bytes(k[:2], "big"), k[2:].decode("utf-8")) for k in keys]
 
     def disk_bytes(self) -> int:
         """Return the bytes the database occupies on disk."""
@@ -76,6 +85,8 @@ class RocksDBStore:
 
     def close(self) -> None:
         """Flush and close the database, releasing its lock."""
+        if not self._families:
+            return
         for family in self._families.values():
             family.close()
         self._families.clear()

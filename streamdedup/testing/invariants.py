@@ -27,7 +27,7 @@ def check_invariants(
     positions: dict[tuple[str, int], tuple[str, str, LiveSource]] = {}
     by_hash: dict[str, list[tuple[str, int]]] = {}
     for source in sources.values():
-        for position, (text, content_hash) in enumerate(zip(source.texts, source.hashes)):
+        for position, (text, content_hash) in enumerate(zip(source.texts, source.hashes, strict=True)):
             positions[(source.source_id, position)] = (content_hash, normalize(text), source)
             by_hash.setdefault(content_hash, []).append((source.source_id, position))
     norm_of = {h: positions[refs[0]][1] for h, refs in by_hash.items()}
@@ -45,16 +45,22 @@ def check_invariants(
             problems.append(f"I1: live source {source.source_id} has no mapping")
             continue
         if mapping["version"] != source.version:
-            problems.append(f"I1: mapping of {source.source_id} is at version {mapping['version']}, not {source.version}")
+            problems.append(
+                f"I1: mapping of {source.source_id} is at version {mapping['version']}, not {source.version}"
+            )
         entries = mapping["chunks"]
         if [e["position"] for e in entries] != list(range(len(source.texts))):
-            problems.append(f"I1: mapping of {source.source_id} does not list positions 0..{len(source.texts) - 1}")
+            problems.append(
+                f"I1: mapping of {source.source_id} does not list positions 0..{len(source.texts) - 1}"
+            )
             continue
         for entry in entries:
             problems.extend(_check_position(view, source, entry, positions, norm_of, threshold, shingle_size))
 
     for chunk_id, chunk in view.chunks.items():
-        problems.extend(_check_chunk(chunk_id, chunk, positions, by_hash, norm_of, readers_of, threshold, shingle_size))
+        problems.extend(
+            _check_chunk(chunk_id, chunk, positions, by_hash, norm_of, readers_of, threshold, shingle_size)
+        )
     return problems
 
 
@@ -75,7 +81,9 @@ def _check_position(
     if chunk is None:
         return [f"I1: {where} points at chunk {entry['chunk_id'][:12]}, which is not live"]
     problems = []
-    if not any(s["source_id"] == source.source_id and s["position"] == entry["position"] for s in chunk["sources"]):
+    if not any(
+        s["source_id"] == source.source_id and s["position"] == entry["position"] for s in chunk["sources"]
+    ):
         problems.append(f"I1: {where} is missing from the sources of its chunk {entry['chunk_id'][:12]}")
     canonical_hash = chunk["content_hash"]
     relation = entry["relation"]
@@ -118,7 +126,9 @@ def _check_chunk(
     canonical_hash = chunk["content_hash"]
     canonical_ref = (chunk["canonical"]["source_id"], chunk["canonical"]["position"])
     if positions.get(canonical_ref, ("",))[0] != canonical_hash:
-        problems.append(f"I3: {where}: canonical position {canonical_ref} is not live with the canonical text")
+        problems.append(
+            f"I3: {where}: canonical position {canonical_ref} is not live with the canonical text"
+        )
     # I2: every principal in the ACL reads a live source holding exactly the canonical's text.
     exact_readers = readers_of(canonical_hash)
     acl = tuple(chunk["acl"])
@@ -137,7 +147,9 @@ def _check_chunk(
             problems.append(f"I3: {where} lists member {member_hash[:12]} that no live source holds")
             continue
         if not covered(readers_of(member_hash), acl):
-            problems.append(f"I2: {where} merges near member {member_hash[:12]} whose readers it does not cover")
+            problems.append(
+                f"I2: {where} merges near member {member_hash[:12]} whose readers it does not cover"
+            )
         if canonical_hash in norm_of:
             if jaccard(norm_of[member_hash], norm_of[canonical_hash], shingle_size) < threshold:
                 problems.append(f"I1: {where} has near member {member_hash[:12]} below the threshold")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -105,7 +105,7 @@ class Reference:
         refs: dict[str, list[tuple[str, int, SourceAttrs, str]]] = {}
         norms: dict[str, str] = {}
         for source in self.sources.values():
-            for position, (text, content_hash) in enumerate(zip(source.texts, source.hashes)):
+            for position, (text, content_hash) in enumerate(zip(source.texts, source.hashes, strict=True)):
                 refs.setdefault(content_hash, []).append((source.source_id, position, source.attrs, text))
                 norms[content_hash] = normalize(text)
         contents = {}
@@ -192,7 +192,8 @@ class Reference:
                     continue
                 content = self.contents[content_hash]
                 best = self.engine.policy.best_ref([(s, p, a) for s, p, a, _ in content.refs])
-                relation = "canonical" if best[:2] == (source.source_id, position) else "exact"
+                is_canonical = best[:2] == (source.source_id, position)
+                relation: Literal["canonical", "exact"] = "canonical" if is_canonical else "exact"
                 entries.append(MappingEntry(position, content_hash, content_hash, relation, 1.0))
             out[source.source_id] = mapping_value(source.source_id, source.version, entries)
         return out

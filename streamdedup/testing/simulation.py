@@ -28,7 +28,7 @@ from streamdedup.store.memory import MemoryStore
 __all__ = ["SimulationDriver"]
 
 _encoder = msgspec.json.Encoder()
-_decoder: msgspec.json.Decoder[Message] = msgspec.json.Decoder(Message)  # type: ignore[arg-type]
+_decoder: msgspec.json.Decoder[Message] = msgspec.json.Decoder(Message)
 
 
 class SimulationDriver:

@@ -66,7 +66,10 @@ class _Work:
     to_verify: list[str] = field(default_factory=list)
     results: list[tuple[str, int, float, bool]] = field(default_factory=list)
     new_neighbors: set[str] = field(default_factory=set)
-    dead_notify: set[str] = field(default_factory=set)
+    # Contents that hold this one as a neighbour although it does not hold them (yet): told at settle, either
+    # adopted as neighbours (edge known, content alive), re-verified (edge unknown) or told it is dead.
+    late_edges: dict[str, tuple[float, Info]] = field(default_factory=dict)
+    strangers: set[str] = field(default_factory=set)
 
 
 class ContentStage:
@@ -128,10 +131,14 @@ class ContentStage:
                 if record.alive:
                     self._remember(work, message.sender, message.jaccard, message.info)
                 else:
-                    work.dead_notify.add(message.sender)
+                    work.late_edges[message.sender] = (message.jaccard, message.info)
         elif isinstance(message, NeighborUpdate):
             entry = record.neighbors.get(message.sender)
-            if entry is None or message.info.seq <= entry.info.seq:
+            if entry is None:
+                if message.info.role != "dead":
+                    work.strangers.add(message.sender)
+                return
+            if message.info.seq <= entry.info.seq:
                 return
             if message.info.role == "dead":
                 del record.neighbors[message.sender]
@@ -249,14 +256,13 @@ class ContentStage:
     def _start_discovery(self, born: list[_Work], out: list[Message | Output]) -> None:
         size = self._params.shingle_size
         shingle_lists = [shingles(w.record.norm, size) for w in born]
-        indexed = [
-            (w, s) for w, s in zip(born, shingle_lists) if len(set(s)) >= self._params.min_shingles
-        ]
+        minimum = self._params.min_shingles
+        indexed = [(w, s) for w, s in zip(born, shingle_lists, strict=True) if len(set(s)) >= minimum]
         if not indexed:
             return
         scheme = self._engine.scheme
         signatures = scheme.signatures([s for _, s in indexed])
-        for (work, _), signature in zip(indexed, signatures):
+        for (work, _), signature in zip(indexed, signatures, strict=True):
             record = work.record
             record.signature = scheme.to_bytes(signature)
             record.indexed = True
@@ -272,9 +278,11 @@ class ContentStage:
             dead = Info(record.seq, "dead")
             for sender, epoch, _, _ in work.results:
                 out.append(VerifyResult(sender, key, epoch, 0.0, False, dead))
-            for sender in sorted(work.dead_notify):
-                out.append(NeighborUpdate(sender, key, dead))
+            for other in sorted(set(work.late_edges) | work.strangers):
+                out.append(NeighborUpdate(other, key, dead))
             return
+        for other, (similarity, info) in sorted(work.late_edges.items()):
+            self._remember(work, other, similarity, info)
         refs = record.live_refs()
         ref_keys = [(s, p, a) for s, p, a, _ in refs]
         rank = self._policy.rank(key, len(record.norm), ref_keys)
@@ -284,10 +292,10 @@ class ContentStage:
         if not record.pending_bands and not record.pending_verify:
             self._decide(work, rank, readers, out)
         canonical_ref = self._policy.best_ref(ref_keys)[:2] if record.role == "canonical" else None
-        record.canonical_ref = canonical_ref  # type: ignore[assignment]
+        record.canonical_ref = canonical_ref
         if canonical_ref is not None and work.was_role == "canonical" and work.was_ref != canonical_ref:
             out.append(self._source_swap(key, work.was_ref, canonical_ref, ref_keys))
-        info = Info(record.seq, record.role, rank, readers, record.target)  # type: ignore[arg-type]
+        info = Info(record.seq, record.role, rank, readers, record.target)
         report = (
             MemberReport(record.jaccard, tuple(SourceRef(s, p, a) for s, p, a, _ in refs))
             if record.role == "member"
@@ -314,6 +322,9 @@ class ContentStage:
         self._tell_sources(work, status, status_changed, out)
         self._emit_chunk(work, readers, refs, out)
         for other in work.to_verify:
+            out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
+        for other in sorted(work.strangers - set(record.neighbors) - set(work.to_verify)):
+            # It holds this content as a neighbour but this content lost track of it: verify the pair again.
             out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
         for sender, epoch, similarity, edge in work.results:
             out.append(VerifyResult(sender, key, epoch, similarity, edge, info))
@@ -371,19 +382,28 @@ class ContentStage:
         if old_role == "member":
             reason = split_reason(rank, readers, old_entry.info if old_entry else None, self._policy)
             if record.role == "canonical" and old_entry is None:
-                out.append(Output("audit", key, audit_value(key, "swap", reason, previous_chunk_id=old_target)))
+                out.append(
+                    Output("audit", key, audit_value(key, "swap", reason, previous_chunk_id=old_target))
+                )
             else:
-                out.append(Output("audit", old_target, audit_value(old_target, "split", reason, content_hash=key)))
+                out.append(
+                    Output("audit", old_target, audit_value(old_target, "split", reason, content_hash=key))
+                )
         if record.role == "member":
             target_entry = record.neighbors[record.target]
             if old_role == "canonical" and target_entry.info.rank is not None:
                 reason = self._policy.reason(target_entry.info.rank, rank)
                 out.append(
-                    Output("audit", record.target,
-                           audit_value(record.target, "swap", reason, previous_chunk_id=key, **near))
+                    Output(
+                        "audit",
+                        record.target,
+                        audit_value(record.target, "swap", reason, previous_chunk_id=key, **near),
+                    )
                 )
             else:
-                out.append(Output("audit", record.target, audit_value(record.target, "merge", "near", **near)))
+                out.append(
+                    Output("audit", record.target, audit_value(record.target, "merge", "near", **near))
+                )
 
     def _tell_sources(
         self,
@@ -417,7 +437,7 @@ class ContentStage:
         self,
         work: _Work,
         readers: tuple[str, ...],
-        refs: list[tuple[str, int, object, str]],
+        refs: list[tuple[str, int, SourceAttrs, str]],
         out: list[Message | Output],
     ) -> None:
         record, key = work.record, work.key
@@ -433,7 +453,7 @@ class ContentStage:
             text=text,
             canonical=canonical,
             readers=readers,
-            own_refs=[SourceRef(s, p, a) for s, p, a, _ in refs],  # type: ignore[arg-type]
+            own_refs=[SourceRef(s, p, a) for s, p, a, _ in refs],
             members=record.members,
         )
         digest = hashlib.blake2b(_json.encode(value), digest_size=16).hexdigest()

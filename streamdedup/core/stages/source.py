@@ -61,7 +61,10 @@ class SourceStage:
         return out
 
     def _apply_event(
-        self, table: Table[SourceRecord], event: UpsertEvent | DeleteEvent | AclEvent, out: list[Message | Output]
+        self,
+        table: Table[SourceRecord],
+        event: UpsertEvent | DeleteEvent | AclEvent,
+        out: list[Message | Output],
     ) -> bool:
         record = table.get_or_new(event.source_id)
         if event.version <= record.version:
@@ -142,7 +145,9 @@ class SourceStage:
                     Output(
                         "audit",
                         entry.chunk_id,
-                        audit_value(entry.chunk_id, "merge", "exact", source_id=source_id, position=entry.position),
+                        audit_value(
+                            entry.chunk_id, "merge", "exact", source_id=source_id, position=entry.position
+                        ),
                     )
                 )
         record.mapping, record.mapped_version = entries, record.version
@@ -155,4 +160,3 @@ def _positions_by_content(chunks: list[str]) -> dict[str, tuple[int, ...]]:
     for position, content_hash in enumerate(chunks):
         positions.setdefault(content_hash, []).append(position)
     return {h: tuple(p) for h, p in positions.items()}
-

@@ -1,0 +1,35 @@
+# One entry point for people and CI. Every target creates the virtual environment it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+OUT := out
+
+.PHONY: setup example test check lint clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+## Run the embedded engine on the bundled example feed; outputs in out/example-outputs.jsonl.
+example: $(STAMP)
+	rm -rf $(OUT)/example-state $(OUT)/example-outputs.jsonl
+	mkdir -p $(OUT)
+	$(BIN)/streamdedup run examples/feed.jsonl --state $(OUT)/example-state \
+		--out $(OUT)/example-outputs.jsonl --batch-size 1
+
+## Lint, type-check and run every test.
+test: lint $(STAMP)
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check streamdedup tests examples
+	$(BIN)/ruff format --check streamdedup tests examples
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis

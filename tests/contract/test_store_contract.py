@@ -1,0 +1,106 @@
+"""One suite, run against every store: the memory store and the RocksDB store."""
+
+import contextlib
+
+import pytest
+
+from streamdedup.core.params import EngineParams
+from streamdedup.errors import StateError, StateMismatchError
+from streamdedup.store.base import Transaction, check_params
+from streamdedup.store.memory import MemoryStore
+from streamdedup.store.rocksdb import RocksDBStore
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def make_store(request, tmp_path):
+    opened = []
+
+    def make():
+        store = MemoryStore() if request.param == "memory" else RocksDBStore(tmp_path / "state")
+        opened.append(store)
+        return store
+
+    make.kind = request.param
+    yield make
+    for store in opened:
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+def test_get_returns_what_commit_wrote(make_store):
+    store = make_store()
+    assert store.get("content", 0, "k") is None
+    store.commit({("content", 0, "k"): b"v", ("source", 3, "k"): b"w"}, {"m": b"1"})
+    assert store.get("content", 0, "k") == b"v"
+    assert store.get("source", 3, "k") == b"w"
+    assert store.get("source", 0, "k") is None  # partitions are separate
+    assert store.get("band", 3, "k") is None  # so are stages
+    assert store.get_meta("m") == b"1"
+
+
+def test_delete_and_overwrite(make_store):
+    store = make_store()
+    store.commit({("band", 1, "k"): b"a"}, {})
+    store.commit({("band", 1, "k"): b"b"}, {})
+    assert store.get("band", 1, "k") == b"b"
+    store.commit({("band", 1, "k"): None, ("band", 1, "never"): None}, {})
+    assert store.get("band", 1, "k") is None
+
+
+def test_keys_are_arbitrary_unicode_and_values_arbitrary_bytes(make_store):
+    store = make_store()
+    key, value = "drive:ü/π/📄 name", bytes(range(256))
+    store.commit({("source", 65535, key): value}, {})
+    assert store.get("source", 65535, key) == value
+    assert (65535, key) in store.keys("source")
+
+
+def test_transaction_reads_its_own_writes_and_commits_atomically(make_store):
+    store = make_store()
+    txn = Transaction(store)
+    view = txn.partition("content", 2)
+    view.put("a", b"1")
+    assert view.get("a") == b"1" and store.get("content", 2, "a") is None
+    view.delete("a")
+    assert view.get("a") is None
+    view.put("b", b"2")
+    txn.meta["offset"] = b"10"
+    txn.commit()
+    assert store.get("content", 2, "b") == b"2" and store.get_meta("offset") == b"10"
+    assert store.get("content", 2, "a") is None
+
+
+def test_params_are_recorded_and_mismatches_refused(make_store):
+    store = make_store()
+    check_params(store, EngineParams(), where="here")
+    check_params(store, EngineParams(), where="here")
+    with pytest.raises(StateMismatchError, match=r"threshold=0.8 \(settings say 0.7\)"):
+        check_params(store, EngineParams(threshold=0.7), where="here")
+
+
+def test_restart_on_the_same_rocksdb_directory_keeps_state(tmp_path):
+    store = RocksDBStore(tmp_path / "state")
+    store.commit({("content", 0, "k"): b"v"}, {"m": b"x"})
+    check_params(store, EngineParams(), where="dir")
+    store.close()
+    reopened = RocksDBStore(tmp_path / "state")
+    assert reopened.get("content", 0, "k") == b"v" and reopened.get_meta("m") == b"x"
+    with pytest.raises(StateMismatchError):
+        check_params(reopened, EngineParams(shingle_size=3), where="dir")
+    reopened.close()
+
+
+def test_a_locked_rocksdb_directory_is_a_clear_error(tmp_path):
+    store = RocksDBStore(tmp_path / "state")
+    with pytest.raises(StateError, match="cannot open the state"):
+        RocksDBStore(tmp_path / "state")
+    store.close()
+
+
+def test_closed_store_refuses_use(make_store):
+    store = make_store()
+    store.close()
+    with pytest.raises(StateError, match="closed"):
+        store.get("content", 0, "k")
+    with pytest.raises(StateError, match="closed"):
+        store.commit({("content", 0, "k"): b"v"}, {})

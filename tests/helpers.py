@@ -1,0 +1,38 @@
+"""Helpers for building events and running them through the embedded driver."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from streamdedup.core.engine import Engine
+from streamdedup.core.model import InputEvent, SourceAttrs, UpsertEvent
+from streamdedup.core.view import View
+from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.store.memory import MemoryStore
+
+DAY = 86_400_000_000
+
+
+def upsert(
+    source_id: str,
+    version: int,
+    chunks: Sequence[str],
+    *,
+    acl: tuple[str, ...] = ("*",),
+    day: int = 1,
+    authority: int = 0,
+) -> UpsertEvent:
+    """Return a pre-chunked upsert modified on ``day``."""
+    attrs = SourceAttrs(
+        acl=acl, modified_at=day * DAY, authority=authority, uri=f"https://example.com/{source_id}"
+    )
+    return UpsertEvent(source_id=source_id, version=version, attrs=attrs, chunks=tuple(chunks))
+
+
+def run_embedded(engine: Engine, events: Sequence[InputEvent], *, batch: int = 1) -> View:
+    """Run ``events`` through a fresh embedded runner, ``batch`` events at a time, and return the view."""
+    runner = EmbeddedRunner(engine, MemoryStore())
+    view = View()
+    for start in range(0, len(events), batch):
+        view.apply_all(runner.process(list(events[start : start + batch]), lambda outputs: None))
+    return view

@@ -1,0 +1,134 @@
+import contextlib
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamdedup.codec import decode_event, encode_event, encode_output_line, parse_timestamp
+from streamdedup.core.messages import Output
+from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
+from streamdedup.errors import InvalidEventError
+
+BASE = {
+    "schema": "streamdedup.document/v1",
+    "op": "upsert",
+    "source_id": "wiki:a",
+    "version": 1,
+    "modified_at": "2024-05-01T10:00:00Z",
+    "acl": ["eng", "*"],
+    "text": "hello",
+}
+
+
+def event(**changes):
+    data = {**BASE, **changes}
+    return json.dumps({k: v for k, v in data.items() if v is not ...}).encode()
+
+
+def test_upsert_is_decoded_with_defaults():
+    decoded = decode_event(event())
+    assert isinstance(decoded, UpsertEvent)
+    assert decoded.attrs.acl == ("*", "eng")
+    assert decoded.attrs.modified_at == parse_timestamp("2024-05-01T10:00:00Z")
+    assert (decoded.content_type, decoded.collection, decoded.attrs.authority) == ("text/plain", "default", 0)
+
+
+def test_delete_and_acl_are_decoded():
+    assert isinstance(decode_event(event(op="delete", text=...)), DeleteEvent)
+    acl = decode_event(event(op="acl", text=..., acl=["hr"]))
+    assert isinstance(acl, AclEvent) and acl.acl == ("hr",)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"schema": "other/v1"}, "schema", "must be"),
+        ({"op": "merge"}, "op", "must be 'upsert', 'delete' or 'acl'"),
+        ({"source_id": ""}, "source_id", "1 to 1024"),
+        ({"source_id": "x" * 1025}, "source_id", "1 to 1024"),
+        ({"source_id": 5}, "source_id", "must be a string"),
+        ({"version": -1}, "version", "integer >= 0"),
+        ({"version": "3"}, "version", "integer >= 0"),
+        ({"version": True}, "version", "integer >= 0"),
+        ({"version": ...}, "version", "required"),
+        ({"modified_at": ...}, "modified_at", "required"),
+        ({"modified_at": "2024-05-01"}, "modified_at", "RFC 3339"),
+        ({"modified_at": "2024-05-01T10:00:00"}, "modified_at", "time zone"),
+        ({"acl": ...}, "acl", "required"),
+        ({"acl": "eng"}, "acl", "list of non-empty principal strings"),
+        ({"acl": [""]}, "acl", "list of non-empty principal strings"),
+        ({"text": ...}, "text", "exactly one of"),
+        ({"chunks": ["a"]}, "text", "exactly one of"),
+        ({"text": 3}, "text", "must be a string"),
+        ({"text": ..., "chunks": "abc"}, "chunks", "list of strings"),
+        ({"content_type": "application/pdf"}, "content_type", "must be one of"),
+        ({"authority": 1.5}, "authority", "must be an integer"),
+        ({"metadata": []}, "metadata", "must be an object"),
+        ({"extra": 1}, "extra", "unknown field"),
+    ],
+)
+def test_invalid_events_name_the_field(changes, field, message):
+    with pytest.raises(InvalidEventError) as info:
+        decode_event(event(**changes))
+    assert info.value.field == field
+    assert message in str(info.value)
+    assert str(info.value).startswith(f"{field}: ")
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[1]", b"null", b'"text"', b"\xff\xfe"])
+def test_undecodable_input_is_invalid(raw):
+    with pytest.raises(InvalidEventError):
+        decode_event(raw)
+
+
+def test_oversized_event_is_invalid():
+    with pytest.raises(InvalidEventError, match="exceeds the limit of 2000 bytes"):
+        decode_event(event(text="x" * 3000), max_bytes=2000)
+
+
+@pytest.mark.parametrize(
+    ("text", "micros"),
+    [
+        ("1970-01-01T00:00:00Z", 0),
+        ("1970-01-01T01:00:00+01:00", 0),
+        ("1970-01-01T00:00:01.5Z", 1_500_000),
+        ("1970-01-01t00:00:00.1234567z", 123_456),
+    ],
+)
+def test_timestamps(text, micros):
+    assert parse_timestamp(text) == micros
+
+
+@given(st.binary(max_size=200))
+def test_arbitrary_bytes_never_raise_anything_but_invalid_event(raw):
+    with contextlib.suppress(InvalidEventError):
+        decode_event(raw)
+
+
+@given(
+    st.builds(
+        dict,
+        source_id=st.text(min_size=1, max_size=30),
+        version=st.integers(0, 10**12),
+        acl=st.lists(st.text(min_size=1, max_size=8), max_size=3),
+        chunks=st.lists(st.text(max_size=40), max_size=4),
+        authority=st.integers(-5, 5),
+        micros=st.integers(0, 4 * 10**15),
+    )
+)
+def test_encode_then_decode_round_trips(fields):
+    from streamdedup.core.model import SourceAttrs
+
+    attrs = SourceAttrs(
+        acl=tuple(sorted(set(fields["acl"]))), modified_at=fields["micros"], authority=fields["authority"]
+    )
+    original = UpsertEvent(
+        source_id=fields["source_id"], version=fields["version"], attrs=attrs, chunks=tuple(fields["chunks"])
+    )
+    assert decode_event(encode_event(original)) == original
+
+
+def test_output_line_is_one_json_object_per_line():
+    line = encode_output_line(Output("source-mappings", "a", None))
+    assert line == b'{"topic":"source-mappings","key":"a","value":null}\n'

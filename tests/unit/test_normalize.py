@@ -1,0 +1,66 @@
+import unicodedata
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamdedup.core.normalize import content_hash, normalize, words
+
+
+def test_collapses_whitespace_case_and_edge_punctuation():
+    assert normalize("  Hello,\tWORLD!\n\n(again) ") == "hello world again"
+
+
+def test_keeps_digits_and_in_word_punctuation_apart():
+    assert normalize("v2") != normalize("v3")
+    assert normalize("float16") != normalize("float32")
+    assert normalize("30-day refund") == "30-day refund"
+    assert normalize("don't") == "don't"
+
+
+def test_nfkc_folds_compatibility_forms():
+    assert normalize("ﬁle Ⅳ") == normalize("file IV")
+    assert normalize("Straße") == normalize("STRASSE")
+
+
+def test_words_drop_tokens_that_are_only_punctuation():
+    assert words("a — b ... c") == ["a", "b", "c"]
+
+
+@given(st.text())
+def test_normalization_is_idempotent(text):
+    once = normalize(text)
+    assert normalize(once) == once
+
+
+_SEPARATORS = st.sampled_from([" ", "  ", "\t", "\n", "\u00a0", "\u3000", "\r\n"])
+
+
+def _respace(tokens, data):
+    separators = data.draw(st.lists(_SEPARATORS, min_size=len(tokens) - 1, max_size=len(tokens) - 1))
+    return tokens[0] + "".join(sep + tok for sep, tok in zip(separators, tokens[1:], strict=True))
+
+
+@given(
+    st.lists(st.text(alphabet=st.characters(categories=["L", "N", "M"]), min_size=1), min_size=1), st.data()
+)
+def test_hash_is_stable_under_whitespace_and_unicode_form(tokens, data):
+    form = data.draw(st.sampled_from(["NFC", "NFD", "NFKC", "NFKD"]))
+    variant = unicodedata.normalize(form, _respace(tokens, data))
+    assert content_hash(variant) == content_hash(" ".join(tokens))
+
+
+@given(
+    st.lists(st.text(alphabet=st.characters(codec="latin-1", categories=["L", "N"]), min_size=1), min_size=1),
+    st.data(),
+)
+def test_hash_is_stable_under_case(tokens, data):
+    text = " ".join(tokens)
+    variant = data.draw(st.sampled_from([text.upper(), text.lower(), text.swapcase(), text.title()]))
+    assert content_hash(variant) == content_hash(text)
+
+
+@given(st.text())
+def test_hash_is_sha256_hex_of_the_normalized_text(text):
+    digest = content_hash(text)
+    assert len(digest) == 64 and int(digest, 16) >= 0
+    assert content_hash(normalize(text)) == digest

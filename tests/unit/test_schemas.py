@@ -1,0 +1,95 @@
+"""The shipped JSON Schemas accept every event the engine emits for the example, and reject broken ones."""
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from typer.testing import CliRunner
+
+from streamdedup.cli.main import app
+from streamdedup.codec import encode_event, encode_output_line
+from streamdedup.core.messages import Output
+from streamdedup.core.model import AclEvent, DeleteEvent
+from tests.helpers import run_embedded, upsert
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
+SCHEMAS = {
+    p.name: json.loads(p.read_text())
+    for p in resources.files("streamdedup").joinpath("schemas").iterdir()
+    if p.name.endswith(".json")
+}
+REGISTRY = Registry().with_resources(
+    (name, Resource.from_contents(schema)) for name, schema in SCHEMAS.items()
+)
+
+
+def validator(name):
+    schema = SCHEMAS[name]
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, registry=REGISTRY)
+
+
+def test_every_schema_is_valid_and_named_after_its_event():
+    assert set(SCHEMAS) == {
+        "document.v1.schema.json", "chunk.v1.schema.json", "mapping.v1.schema.json", "review.v1.schema.json",
+        "audit.v1.schema.json", "dlq.v1.schema.json", "output-line.v1.schema.json",
+    }  # fmt: skip
+    for name in SCHEMAS:
+        validator(name)
+
+
+def test_example_input_lines_match_the_document_schema():
+    document = validator("document.v1.schema.json")
+    lines = [json.loads(line) for line in EXAMPLE.read_text().splitlines() if line.strip()]
+    valid = [line for line in lines if document.is_valid(line)]
+    assert len(valid) == len(lines) - 1  # the example has one malformed event on purpose
+    assert "modified_at" not in next(line for line in lines if not document.is_valid(line))
+
+
+def test_emitted_events_match_their_schemas(tmp_path):
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(
+        app, ["run", str(EXAMPLE), "--state", str(tmp_path / "state"), "--out", str(out), "--batch-size", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    line_schema = validator("output-line.v1.schema.json")
+    topics = set()
+    for line in out.read_text().splitlines():
+        record = json.loads(line)
+        errors = list(line_schema.iter_errors(record))
+        assert errors == [], (record, errors[0].message)
+        topics.add(record["topic"])
+    assert topics == {"canonical-chunks", "source-mappings", "review", "audit", "dlq"}
+
+
+def test_schemas_reject_what_the_contract_forbids(engine):
+    chunk = validator("chunk.v1.schema.json")
+    view = run_embedded(engine, [upsert("a", 1, ["some text"])])
+    (value,) = view.chunks.values()
+    assert chunk.is_valid(value)
+    for broken in (
+        {**value, "acl": "everyone"},
+        {k: v for k, v in value.items() if k != "revision"},
+        {**value, "members": []},
+        {**value, "extra": 1},
+    ):
+        assert not chunk.is_valid(broken)
+    mapping = validator("mapping.v1.schema.json")
+    (m,) = view.mappings.values()
+    assert mapping.is_valid(m)
+    assert not mapping.is_valid({**m, "chunks": [{**m["chunks"][0], "relation": "similar"}]})
+
+
+@pytest.mark.parametrize(
+    "event", [DeleteEvent(source_id="a", version=1), AclEvent(source_id="a", version=2, acl=("x",))]
+)
+def test_encoded_input_events_match_the_document_schema(event):
+    assert validator("document.v1.schema.json").is_valid(json.loads(encode_event(event)))
+
+
+def test_tombstone_lines_match_the_line_schema():
+    record = json.loads(encode_output_line(Output("canonical-chunks", "a" * 64, None)))
+    assert validator("output-line.v1.schema.json").is_valid(record)

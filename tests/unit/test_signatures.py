@@ -1,0 +1,87 @@
+import numpy as np
+import pytest
+from datasketch import LeanMinHash, MinHash
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamdedup.core.normalize import normalize
+from streamdedup.core.shingles import jaccard, jaccard_of_sets, shingle_set, shingles
+from streamdedup.core.signatures import SignatureScheme, estimate_jaccard
+
+SCHEME = SignatureScheme(num_perm=128, seed=1)
+WORDS = st.sampled_from("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi".split())
+
+
+def test_shingles_of_short_text_is_one_shingle():
+    assert shingles("a b", 5) == ["a b"]
+    assert shingles("", 5) == []
+
+
+def test_exact_jaccard():
+    assert jaccard("a b c d e f", "a b c d e f", 5) == 1.0
+    assert jaccard_of_sets(frozenset(), frozenset()) == 1.0
+    assert jaccard("a b c d e f g", "a b c d e f h", 5) == pytest.approx(2 / 4)
+
+
+@given(st.lists(st.lists(WORDS, min_size=1, max_size=40), min_size=1, max_size=5))
+def test_batch_signatures_equal_datasketch_minhash(texts):
+    lists = [shingles(" ".join(t), 5) for t in texts]
+    batch = SCHEME.signatures(lists)
+    for shingle_list, row in zip(lists, batch, strict=True):
+        reference = MinHash(num_perm=128, seed=1)
+        for shingle in shingle_list:
+            reference.update(shingle.encode("utf-8"))
+        assert np.array_equal(reference.hashvalues, row)
+
+
+@given(st.lists(WORDS, min_size=1, max_size=60))
+def test_signature_round_trips_through_bytes(words):
+    signature = SCHEME.signatures([shingles(" ".join(words), 5)])[0]
+    data = SCHEME.to_bytes(signature)
+    assert len(data) == SCHEME.byte_size
+    assert np.array_equal(SCHEME.from_bytes(data), signature)
+    lean = LeanMinHash.deserialize(data, byteorder="<")
+    assert lean.seed == 1 and lean.scheme == "affine32"
+    assert np.array_equal(lean.hashvalues, signature)
+
+
+def test_bytes_of_another_scheme_are_refused():
+    other = SignatureScheme(num_perm=64, seed=2)
+    data = other.to_bytes(other.signatures([["a b c"]])[0])
+    with pytest.raises(ValueError, match="seed and permutation count"):
+        SCHEME.from_bytes(data)
+
+
+@given(st.lists(WORDS, min_size=60, max_size=120), st.integers(0, 40), st.randoms(use_true_random=False))
+def test_jaccard_estimate_is_within_tolerance_of_exact(words, edits, rnd):
+    base = " ".join(words)
+    changed = list(words)
+    for _ in range(edits):
+        changed[rnd.randrange(len(changed))] = rnd.choice(["omega", "psi", "chi", "phi"])
+    other = normalize(" ".join(changed))
+    a, b = SCHEME.signatures([shingles(base, 5), shingles(other, 5)])
+    exact = jaccard_of_sets(shingle_set(base, 5), shingle_set(other, 5))
+    # 128 permutations: standard error sqrt(J(1-J)/128) <= 0.045; five standard errors bound a flaky tail.
+    assert abs(estimate_jaccard(a, b) - exact) <= 0.23
+
+
+def test_mean_estimate_error_is_small_over_many_pairs():
+    import random
+
+    rnd = random.Random(7)
+    vocabulary = [f"w{i}" for i in range(300)]
+    errors = []
+    for _ in range(200):
+        words = [rnd.choice(vocabulary) for _ in range(rnd.randint(40, 200))]
+        changed = [rnd.choice(vocabulary) if rnd.random() < 0.05 else w for w in words]
+        a, b = " ".join(words), " ".join(changed)
+        sa, sb = SCHEME.signatures([shingles(a, 5), shingles(b, 5)])
+        errors.append(abs(estimate_jaccard(sa, sb) - jaccard(a, b, 5)))
+    assert sum(errors) / len(errors) < 0.04
+
+
+def test_band_keys_are_deterministic_and_per_band():
+    signature = SCHEME.signatures([shingles("one two three four five six seven", 5)])[0]
+    keys = SCHEME.band_keys(signature, 21, 6)
+    assert keys == SCHEME.band_keys(signature.copy(), 21, 6)
+    assert len(set(keys)) == 21 and all(k.startswith(f"{i:03d}") for i, k in enumerate(keys))

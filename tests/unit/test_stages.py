@@ -1,0 +1,67 @@
+"""Stage handlers driven directly: a batch and partition-local state in, keyed messages out."""
+
+from streamdedup.core.messages import BandAck, BandJoin, BandLeave, Output, RefUpdate
+from streamdedup.core.model import AclEvent, DeleteEvent
+from streamdedup.store.base import Transaction
+from streamdedup.store.memory import MemoryStore
+from tests.helpers import upsert
+
+
+def _handle(engine, stage, messages, txn):
+    return engine.handle(stage, messages, txn.partition(stage, 0))
+
+
+def test_source_stage_sends_one_ref_per_content_and_ignores_old_versions(engine):
+    txn = Transaction(MemoryStore())
+    out = _handle(engine, "source", [upsert("s", 2, ["a b", "c", "A  B"])], txn)
+    refs = [m for m in out if isinstance(m, RefUpdate)]
+    assert sorted(r.positions for r in refs) == [(0, 2), (1,)]
+    assert all(r.version == 2 for r in refs)
+    assert _handle(engine, "source", [upsert("s", 2, ["x"]), upsert("s", 1, ["y"])], txn) == []
+
+
+def test_source_stage_diffs_versions_and_tombstones_deletes(engine):
+    txn = Transaction(MemoryStore())
+    _handle(engine, "source", [upsert("s", 1, ["keep", "drop"])], txn)
+    out = _handle(engine, "source", [upsert("s", 2, ["keep", "new"])], txn)
+    by_position = {r.norm or "<removed>": r.positions for r in out if isinstance(r, RefUpdate)}
+    assert by_position == {"keep": (0,), "new": (1,), "<removed>": ()}
+    out = _handle(engine, "source", [DeleteEvent(source_id="s", version=3)], txn)
+    assert all(isinstance(m, RefUpdate) and m.positions == () for m in out)
+    # the version tombstone keeps a replayed older upsert from bringing the source back
+    assert _handle(engine, "source", [upsert("s", 2, ["keep"])], txn) == []
+
+
+def test_acl_event_resends_positions_with_new_readers(engine):
+    txn = Transaction(MemoryStore())
+    _handle(engine, "source", [upsert("s", 1, ["a", "b"], acl=("eng",))], txn)
+    out = _handle(engine, "source", [AclEvent(source_id="s", version=2, acl=("hr",))], txn)
+    assert {m.attrs.acl for m in out if isinstance(m, RefUpdate)} == {("hr",)}
+    assert {m.norm for m in out if isinstance(m, RefUpdate)} == {"a", "b"}
+
+
+def test_band_stage_answers_joins_with_the_other_members(engine):
+    txn = Transaction(MemoryStore())
+    assert _handle(engine, "band", [BandJoin("k", "h1", 1)], txn) == [BandAck("h1", "k", 1, ())]
+    assert _handle(engine, "band", [BandJoin("k", "h2", 1)], txn) == [BandAck("h2", "k", 1, ("h1",))]
+    # a duplicate join is answered again and changes nothing
+    assert _handle(engine, "band", [BandJoin("k", "h2", 1)], txn) == [BandAck("h2", "k", 1, ("h1",))]
+    # a stale leave (older epoch than the join) does not remove the member
+    _handle(engine, "band", [BandJoin("k", "h1", 3), BandLeave("k", "h1", 2)], txn)
+    assert _handle(engine, "band", [BandJoin("k", "h3", 1)], txn)[0].members == ("h1", "h2")
+    _handle(engine, "band", [BandLeave("k", "h1", 3), BandLeave("k", "h2", 1), BandLeave("k", "h3", 1)], txn)
+    assert txn.read("band", 0, "k") is None
+
+
+def test_content_stage_decides_after_discovery(engine):
+    txn = Transaction(MemoryStore())
+    words = " ".join(f"w{i}" for i in range(30))
+    ref = RefUpdate("h", "s", 1, (0,), (words,), words, upsert("s", 1, [words]).attrs)
+    out = _handle(engine, "content", [ref], txn)
+    joins = [m for m in out if isinstance(m, BandJoin)]
+    assert len(joins) == engine.params.bands
+    assert not [m for m in out if isinstance(m, Output)]  # nothing is emitted before discovery completes
+    acks = [BandAck("h", j.band_key, j.epoch, ()) for j in joins]
+    out = _handle(engine, "content", acks, txn)
+    chunks = [m for m in out if isinstance(m, Output) and m.topic == "canonical-chunks"]
+    assert len(chunks) == 1 and chunks[0].key == "h" and chunks[0].value["revision"] == 1
