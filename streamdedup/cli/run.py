@@ -12,6 +12,7 @@ from rich.table import Table
 from streamdedup.core.engine import Engine
 from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
 from streamdedup.drivers.jsonl import FileSink, RunReport, run_file
+from streamdedup.errors import ConfigurationError
 from streamdedup.settings import Settings
 from streamdedup.store.rocksdb import RocksDBStore
 
@@ -25,10 +26,16 @@ def run_command(settings: Settings, source: Path, state: Path, out: str, console
         raise SystemExit(2)
     engine = Engine(settings.engine_params())
     store = RocksDBStore(state)
-    sink = FileSink(out)
+    sink: FileSink | None = None
     started = time.monotonic()
     try:
         runner = EmbeddedRunner(engine, store, where=str(state))
+        if runner.counters.events == 0 and out != "-" and Path(out).exists() and Path(out).stat().st_size:
+            raise ConfigurationError(
+                f"{out} already holds outputs, but the state at {state} is new: appending would mix two "
+                "histories in one file; remove it or choose another --out"
+            )
+        sink = FileSink(out)
         with Progress(
             TextColumn("[bold]dedup[/bold] {task.description}"),
             BarColumn(),
@@ -48,7 +55,8 @@ def run_command(settings: Settings, source: Path, state: Path, out: str, console
             )
         counters = runner.counters
     finally:
-        sink.close()
+        if sink is not None:
+            sink.close()
         store.close()
     console.print(summary_table(report, counters, time.monotonic() - started))
     if out != "-":

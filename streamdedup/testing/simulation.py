@@ -9,6 +9,10 @@ random generator. It can also deliver messages again, as Kafka does after a cons
 - ``duplicate``: with this probability, a copy of some earlier message of the partition is queued again at a
   random place, arriving late and out of order (harsher than Kafka).
 
+With ``schedule="pipeline"`` nothing is random: each input event runs to quiescence before the next, and stages
+take their whole queue in pipeline order, partition by partition. With one partition that is exactly what the
+embedded driver does, so the two must produce the same output, byte for byte.
+
 Messages are encoded to JSON and back on the way, as they would be on a topic.
 """
 
@@ -44,8 +48,12 @@ class SimulationDriver:
         input_rate: float | None = None,
         rewind: float = 0.0,
         duplicate: float = 0.0,
+        schedule: str = "random",
         max_steps: int = 2_000_000,
     ) -> None:
+        if schedule not in ("random", "pipeline"):
+            raise ValueError("schedule must be 'random' or 'pipeline'")
+        self.schedule = schedule
         self.engine = engine
         self.partitions = partitions
         self.rng = random.Random(seed)
@@ -72,6 +80,14 @@ class SimulationDriver:
     def run(self, events: Sequence[InputEvent]) -> list[Output]:
         """Feed ``events`` in order while processing, until nothing is left; return the outputs of this run."""
         start = len(self.outputs)
+        if self.schedule == "pipeline":
+            for event in events:
+                self._enqueue(event)
+                while any(self.queues.values()):
+                    for address, queue in self.queues.items():
+                        if queue:
+                            self._step(address, size=len(queue))
+            return self.outputs[start:]
         pending = list(events)
         next_input = 0
         for _ in range(self.max_steps):
@@ -85,10 +101,10 @@ class SimulationDriver:
             self._step(self.rng.choice(busy))
         raise RuntimeError(f"the simulation did not settle within {self.max_steps} steps")
 
-    def _step(self, address: tuple[str, int]) -> None:
+    def _step(self, address: tuple[str, int], size: int | None = None) -> None:
         stage, partition = address
         queue = self.queues[address]
-        size = self.rng.randint(1, self.max_batch)
+        size = size or self.rng.randint(1, self.max_batch)
         raw, self.queues[address] = queue[:size], queue[size:]
         batch = [_decoder.decode(item) for item in raw]
         txn = Transaction(self.store)

@@ -10,7 +10,10 @@ import random
 
 import pytest
 
+from streamdedup.codec import encode_output_line
 from streamdedup.core.view import View
+from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.feeds import ParagraphPool, random_feed
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, live_sources
@@ -41,6 +44,19 @@ def test_any_partitioning_and_interleaving_reaches_the_embedded_view(
     assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
     if rewind or duplicate:
         assert sim.redeliveries > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_partition_in_pipeline_order_is_the_embedded_driver_byte_for_byte(engine, seed):
+    feed = random_feed(random.Random(seed), sources=7, events=40)
+    embedded = EmbeddedRunner(engine, MemoryStore())
+    expected = []
+    for event in feed:
+        embedded.process([event], expected.extend)
+    sim = SimulationDriver(engine, partitions=1, seed=seed, schedule="pipeline")
+    produced = sim.run(feed)
+    assert b"".join(map(encode_output_line, produced)) == b"".join(map(encode_output_line, expected))
+    assert produced
 
 
 def test_the_simulation_really_interleaves(engine):

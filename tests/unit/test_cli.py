@@ -49,6 +49,15 @@ def test_run_again_on_the_same_state_continues(tmp_path):
     assert {"topic": "source-mappings", "key": "web:help/refunds", "value": None} in tail
 
 
+def test_a_new_state_refuses_to_append_to_another_states_outputs(tmp_path):
+    out = tmp_path / "out.jsonl"
+    assert run("run", EXAMPLE, "--state", tmp_path / "one", "--out", out).exit_code == 0
+    size = out.stat().st_size
+    result = run("run", EXAMPLE, "--state", tmp_path / "two", "--out", out)
+    assert result.exit_code == 1 and "would mix two histories" in " ".join(result.output.split())
+    assert out.stat().st_size == size
+
+
 def test_state_refuses_other_parameters(tmp_path):
     state = tmp_path / "state"
     assert run("run", EXAMPLE, "--state", state, "--out", tmp_path / "o").exit_code == 0

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from streamdedup.core.clustering import decide, split_reason
-from streamdedup.core.facts import describe_conflict, fact_conflict
+from streamdedup.core.facts import describe_conflict, fact_tokens
 from streamdedup.core.messages import (
     BandAck,
     BandJoin,
@@ -70,6 +70,8 @@ class _Work:
     # adopted as neighbours (edge known, content alive), re-verified (edge unknown) or told it is dead.
     late_edges: dict[str, tuple[float, Info]] = field(default_factory=dict)
     strangers: set[str] = field(default_factory=set)
+    # The content's own shingle set and fact tokens, computed once per batch for all the pairs it verifies.
+    shingles: tuple[str, frozenset[str], list[str]] | None = None
 
 
 class ContentStage:
@@ -182,11 +184,13 @@ class ContentStage:
             work.results.append((message.sender, message.epoch, 0.0, False))
             return
         size = self._params.shingle_size
-        mine, theirs = shingle_set(record.norm, size), shingle_set(message.norm, size)
+        if work.shingles is None or work.shingles[0] != record.norm:
+            work.shingles = (record.norm, shingle_set(record.norm, size), fact_tokens(record.norm))
+        mine, theirs = work.shingles[1], shingle_set(message.norm, size)
         similarity = jaccard_of_sets(mine, theirs)
         long_enough = min(len(mine), len(theirs)) >= self._params.min_shingles
         above = long_enough and similarity >= self._params.threshold
-        conflict = above and fact_conflict(record.norm, message.norm)
+        conflict = above and work.shingles[2] != fact_tokens(message.norm)
         if conflict:
             out.append(
                 Output(
