@@ -50,6 +50,39 @@ class Settings(BaseSettings):
     )
     state_dir: Path | None = Field(None, description="Default state directory for run and inspect.")
 
+    # Kafka service (worker, produce, tail, materialize).
+    broker: str = Field(
+        "kafka://127.0.0.1:9092", description="Kafka bootstrap servers, 'kafka://host:port[;...]'."
+    )
+    topic_prefix: str = Field(
+        "streamdedup.", description="Prefix of every topic, the consumer group and tables."
+    )
+    partitions: int = Field(
+        8, ge=1, description="Partitions of the internal topics (the unit of parallelism)."
+    )
+    replication_factor: int = Field(
+        1, ge=1, description="Replication factor of the topics the worker creates."
+    )
+    data_dir: Path = Field(
+        Path("streamdedup-data"), description="Worker directory for the RocksDB table state."
+    )
+    web_host: str = Field("127.0.0.1", description="Host of the worker's web server (metrics, health).")
+    web_port: int = Field(6066, ge=1, le=65535, description="Port of the worker's web server.")
+    max_batch_bytes: int = Field(
+        512 * 1024, ge=1024, description="Largest internal batch message before splitting."
+    )
+    ingest_batch: int = Field(500, ge=1, description="Input events the ingest agent takes at once.")
+    ingest_wait: float = Field(0.05, gt=0, description="Seconds the ingest agent waits to fill a batch.")
+    standby_replicas: int = Field(
+        0, ge=0, description="Standby copies of each table partition on other workers."
+    )
+    commit_interval: float = Field(1.0, gt=0, description="Seconds between consumer offset commits.")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Return the broker list as aiokafka wants it: 'host:port,host:port'."""
+        return ",".join(part.split("://", 1)[-1] for part in self.broker.replace(",", ";").split(";") if part)
+
     @field_validator("canonical_policy", mode="before")
     @classmethod
     def _split_policy(cls, value: Any) -> Any:

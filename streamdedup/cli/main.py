@@ -115,6 +115,62 @@ def inspect(
 
 
 @app.command()
+def worker(
+    ctx: typer.Context,
+    data_dir: Annotated[Path | None, typer.Option(help="Directory for the RocksDB table state.")] = None,
+    loglevel: Annotated[str, typer.Option(help="Worker log level.")] = "info",
+) -> None:
+    """Run the streaming service: Faust agents over the Kafka topics (STREAMDEDUP_BROKER)."""
+    from streamdedup.cli.kafka import worker_command
+
+    settings = _settings(ctx)
+    if data_dir is not None:
+        settings = settings.model_copy(update={"data_dir": data_dir})
+    _guard(lambda: worker_command(settings, loglevel))
+
+
+@app.command()
+def produce(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="JSONL file of input events.", exists=True, dir_okay=False)],
+) -> None:
+    """Send input events to the documents topic, keyed by source_id."""
+    from streamdedup.cli.kafka import produce_command
+
+    _guard(lambda: produce_command(_settings(ctx), file, err))
+
+
+@app.command()
+def tail(
+    ctx: typer.Context,
+    topic: Annotated[
+        str, typer.Argument(help="canonical-chunks, source-mappings, review, audit, dlq or documents.")
+    ],
+    follow: Annotated[
+        bool, typer.Option("--follow/--no-follow", help="Keep waiting for new records.")
+    ] = True,
+    limit: Annotated[int | None, typer.Option(help="Stop after this many records.")] = None,
+) -> None:
+    """Print a topic's records as JSON lines, from the beginning."""
+    from streamdedup.cli.kafka import tail_command
+
+    _guard(lambda: tail_command(_settings(ctx), topic, follow, limit))
+
+
+@app.command()
+def materialize(
+    ctx: typer.Context,
+    out: Annotated[
+        str, typer.Option(help="Where to write the view as JSONL; '-' for standard output.")
+    ] = "-",
+) -> None:
+    """Read the compacted output topics from the start and write the downstream view."""
+    from streamdedup.cli.kafka import materialize_command
+
+    _guard(lambda: materialize_command(_settings(ctx), out, err))
+
+
+@app.command()
 def config(ctx: typer.Context) -> None:
     """Print the effective settings and the LSH banding they imply."""
     from streamdedup.cli.config import config_command

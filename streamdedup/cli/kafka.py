@@ -1,0 +1,192 @@
+"""The Kafka commands: ``worker``, ``produce``, ``tail`` and ``materialize``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from rich.console import Console
+
+from streamdedup.codec import encode_output_line
+from streamdedup.core.messages import Output
+from streamdedup.core.view import COMPACTED_TOPICS, View
+from streamdedup.kafka.admin import check_engine_params, ensure_topics, read_to_end
+from streamdedup.kafka.app import build_app
+from streamdedup.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
+from streamdedup.settings import Settings
+
+__all__ = ["materialize", "materialize_command", "produce_command", "tail_command", "worker_command"]
+
+logger = logging.getLogger(__name__)
+
+
+def worker_command(settings: Settings, loglevel: str) -> None:
+    """Create the topics, check the engine parameters, and run the Faust worker until it is stopped."""
+    asyncio.run(ensure_topics(settings))
+    asyncio.run(check_engine_params(settings))
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    app, _ = build_app(settings)
+    worker = faust.Worker(app, loglevel=loglevel, redirect_stdouts=False, quiet=not sys.stdout.isatty())
+    worker.execute_from_commandline()
+
+
+def _key_of(line: bytes) -> bytes | None:
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    source_id = data.get("source_id") if isinstance(data, dict) else None
+    return source_id.encode("utf-8") if isinstance(source_id, str) else None
+
+
+async def _produce(settings: Settings, path: Path) -> int:
+    await ensure_topics(settings)
+    topic = TopicNames(settings.topic_prefix).documents
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers,
+        acks="all",
+        max_request_size=MAX_MESSAGE_BYTES,
+        linger_ms=5,
+    )
+    await producer.start()
+    sent = 0
+    try:
+        pending = []
+        with path.open("rb") as handle:
+            for raw in handle:
+                line = raw.rstrip(b"\r\n")
+                if not line.strip():
+                    continue
+                pending.append(await producer.send(topic, line, key=_key_of(line)))
+                sent += 1
+                if len(pending) >= 1000:
+                    await asyncio.gather(*pending)
+                    pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()
+    return sent
+
+
+def produce_command(settings: Settings, path: Path, console: Console) -> None:
+    """Send every line of a JSONL file to the documents topic, keyed by its source_id."""
+    sent = asyncio.run(_produce(settings, path))
+    console.print(
+        f"sent {sent:,} events to {TopicNames(settings.topic_prefix).documents} at {settings.broker}"
+    )
+
+
+def _show(value: bytes | None) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value.decode("utf-8", "replace")
+
+
+async def _tail(settings: Settings, topic: str, follow: bool, limit: int | None) -> None:
+    names = TopicNames(settings.topic_prefix)
+    full = (
+        names.output(topic) if not topic.startswith(settings.topic_prefix) and topic != "documents" else topic
+    )
+    if topic == "documents":
+        full = names.documents
+    shown = 0
+    if not follow:
+        async for _, partition, offset, key, value, headers in read_to_end(settings, [full]):
+            print(json.dumps(_record(topic, partition, offset, key, value, headers), ensure_ascii=False))
+            shown += 1
+            if limit is not None and shown >= limit:
+                return
+        return
+    consumer = AIOKafkaConsumer(
+        full,
+        bootstrap_servers=settings.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    try:
+        async for record in consumer:
+            print(
+                json.dumps(
+                    _record(
+                        topic, record.partition, record.offset, record.key, record.value, list(record.headers)
+                    ),
+                    ensure_ascii=False,
+                ),
+                flush=True,
+            )
+            shown += 1
+            if limit is not None and shown >= limit:
+                return
+    finally:
+        await consumer.stop()
+
+
+def _record(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]],
+) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "topic": topic,
+        "key": key.decode("utf-8", "replace") if key is not None else None,
+        "value": _show(value),
+        "partition": partition,
+        "offset": offset,
+    }
+    if headers:
+        record["headers"] = {k: v.decode("utf-8", "replace") for k, v in headers}
+    return record
+
+
+def tail_command(settings: Settings, topic: str, follow: bool, limit: int | None) -> None:
+    """Print the records of a topic as JSON lines."""
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_tail(settings, topic, follow, limit))
+
+
+async def materialize(settings: Settings) -> View:
+    """Read the compacted output topics from the beginning and return the downstream view."""
+    names = TopicNames(settings.topic_prefix)
+    topics = {names.output(t): t for t in COMPACTED_TOPICS}
+    view = View()
+    async for topic, _, _, key, value, _ in read_to_end(settings, list(topics)):
+        view.apply(
+            Output(
+                topics[topic],
+                key.decode("utf-8") if key is not None else None,
+                None if value is None else json.loads(value),
+            )
+        )
+    return view
+
+
+def materialize_command(settings: Settings, out: str, console: Console) -> None:
+    """Write the downstream view (last value per key, tombstones applied) as JSONL output lines."""
+    view = asyncio.run(materialize(settings))
+    lines = [
+        encode_output_line(Output(topic, key, value))
+        for topic, table in (("canonical-chunks", view.chunks), ("source-mappings", view.mappings))
+        for key, value in sorted(table.items())
+    ]
+    if out == "-":
+        sys.stdout.buffer.write(b"".join(lines))
+        sys.stdout.flush()
+    else:
+        Path(out).write_bytes(b"".join(lines))
+        console.print(
+            f"wrote {len(view.chunks):,} chunks and {len(view.mappings):,} source mappings to {out}"
+        )

@@ -1,0 +1,82 @@
+"""Prometheus metrics of a worker, served on its web port at ``/metrics``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from streamdedup.core.messages import Output
+
+__all__ = ["Metrics"]
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    """Every metric of one worker, in its own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events_in = Counter(
+            "streamdedup_events_in", "Input events read from the documents topic.", registry=r
+        )
+        self.events_processed = Counter(
+            "streamdedup_events_processed", "Valid input events passed on to the source stage.", registry=r
+        )
+        self.dead_letters = Counter(
+            "streamdedup_dead_letters", "Messages written to the dlq topic.", ["reason"], registry=r
+        )
+        self.merges = Counter(
+            "streamdedup_merges", "Merges into a chunk (audit merge).", ["kind"], registry=r
+        )
+        self.canonical_changes = Counter(
+            "streamdedup_canonical_changes", "Changes of a chunk's canonical (audit swap).", registry=r
+        )
+        self.splits = Counter("streamdedup_splits", "Members that left a chunk (audit split).", registry=r)
+        self.flags = Counter("streamdedup_review_flags", "Review flags raised.", ["reason"], registry=r)
+        self.outputs = Counter(
+            "streamdedup_outputs", "Records written to output topics.", ["topic"], registry=r
+        )
+        self.batch_seconds = Histogram(
+            "streamdedup_batch_seconds",
+            "Time to handle one batch and deliver what it caused, per stage.",
+            ["stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.event_age_seconds = Histogram(
+            "streamdedup_event_age_seconds",
+            "Age of an input event (now minus its Kafka timestamp) when the worker reads it.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.lag = Gauge(
+            "streamdedup_consumer_lag",
+            "Messages not yet processed, per topic partition.",
+            ["topic", "partition"],
+            registry=r,
+        )
+
+    def observe_outputs(self, outputs: Iterable[Output]) -> None:
+        """Count what a batch emitted."""
+        for output in outputs:
+            self.outputs.labels(output.topic).inc()
+            value = output.value
+            if value is None:
+                continue
+            if output.topic == "audit":
+                action = value["action"]
+                if action == "merge":
+                    self.merges.labels(value["reason"]).inc()
+                elif action == "swap":
+                    self.canonical_changes.inc()
+                elif action == "split":
+                    self.splits.inc()
+            elif output.topic == "review":
+                self.flags.labels(value["reason"]).inc()
+
+    def render(self) -> bytes:
+        """Return the metrics in the Prometheus text format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,57 @@
+"""Topic names and configurations; every name shares the configurable prefix.
+
+>>> names = TopicNames("acme.")
+>>> names.documents, names.stage("content"), names.output("canonical-chunks"), names.group
+('acme.documents', 'acme.stage-content', 'acme.canonical-chunks', 'acme.worker')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamdedup.core.messages import STAGES
+from streamdedup.core.view import COMPACTED_TOPICS, OUTPUT_TOPICS
+
+__all__ = ["TopicNames", "topic_config"]
+
+#: Record size limit of the topics the worker creates (a chunk with many sources is a large record).
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """The names of every topic of one deployment."""
+
+    prefix: str
+
+    @property
+    def documents(self) -> str:
+        """The input topic, keyed by source_id."""
+        return f"{self.prefix}documents"
+
+    @property
+    def group(self) -> str:
+        """The worker's consumer group and Faust application id."""
+        return f"{self.prefix}worker"
+
+    def stage(self, stage: str) -> str:
+        """The internal topic feeding a stage."""
+        return f"{self.prefix}stage-{stage}"
+
+    def output(self, topic: str) -> str:
+        """An output topic of the contract (``canonical-chunks``, ``review``, ...)."""
+        if topic not in OUTPUT_TOPICS:
+            raise ValueError(f"unknown output topic {topic!r}; one of {', '.join(OUTPUT_TOPICS)}")
+        return f"{self.prefix}{topic}"
+
+    def all(self) -> list[str]:
+        """Every topic the worker reads or writes, but the tables' changelogs."""
+        return [self.documents, *(self.stage(s) for s in STAGES), *(self.output(t) for t in OUTPUT_TOPICS)]
+
+
+def topic_config(topic: str) -> dict[str, str]:
+    """Return the configuration of an output topic: compacted for the keyed views, retained otherwise."""
+    config = {"max.message.bytes": str(MAX_MESSAGE_BYTES)}
+    if topic in COMPACTED_TOPICS:
+        config["cleanup.policy"] = "compact"
+    return config
