@@ -136,7 +136,10 @@ class Pipeline:
     def update_lag(self) -> None:
         """Refresh the consumer-lag gauges from the consumer's positions and highwaters."""
         consumer = self.app.consumer
+        processed = {self.names.documents, *(self.names.stage(stage) for stage in STAGES)}
         for tp in consumer.assignment():
+            if tp.topic not in processed:
+                continue  # the tables' changelogs are read only while recovering
             try:
                 highwater = consumer.highwater(tp)
                 # The last offset read; faust keeps no public accessor for it.

@@ -1,0 +1,71 @@
+"""The service's commands as a user runs them: produce, worker, tail, materialize."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from streamdedup.core.messages import Output
+from streamdedup.core.view import View
+from tests.helpers import run_embedded
+from tests.integration.test_service import EXAMPLE, example_events
+
+pytestmark = pytest.mark.integration
+
+
+def cli(deployment, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **deployment.env}
+    return subprocess.run(
+        [sys.executable, "-m", "streamdedup.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_produce_tail_and_materialize_commands(deployment, engine, tmp_path: Path):
+    worker = deployment.start_worker()
+    produced = cli(deployment, "produce", str(EXAMPLE))
+    assert produced.returncode == 0, produced.stderr
+    assert "sent 20 events" in produced.stderr
+    deployment.events.extend(example_events())
+    deployment.wait_until_idle()
+
+    out = tmp_path / "view.jsonl"
+    result = cli(deployment, "materialize", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    view = View().apply_all(Output(**json.loads(line)) for line in out.read_text().splitlines())
+    embedded = run_embedded(engine, example_events())
+    assert view.compacted(with_revision=False) == embedded.compacted(with_revision=False)
+
+    letters = cli(deployment, "tail", "dlq", "--no-follow")
+    (letter,) = [json.loads(line) for line in letters.stdout.splitlines()]
+    assert letter["headers"]["error"] == "modified_at: is required"
+    assert letter["headers"]["origin-topic"] == deployment.names.documents
+    flags = cli(deployment, "tail", "review", "--no-follow")
+    reasons = sorted(json.loads(line)["value"]["reason"] for line in flags.stdout.splitlines())
+    assert reasons == ["acl_boundary", "fact_conflict", "fact_conflict"]
+    assert len(cli(deployment, "tail", "review", "--no-follow", "--limit", "2").stdout.splitlines()) == 2
+
+    samples = worker.metrics()
+    lags = {k: v for k, v in samples.items() if k.startswith("streamdedup_consumer_lag{")}
+    assert lags and all(v == 0 for v in lags.values())
+    # Exact copies always merge; whether the near copy arrives as a merge or a swap depends on timing.
+    assert samples['streamdedup_merges_total{kind="exact"}'] >= 1
+    near = samples.get('streamdedup_merges_total{kind="near"}', 0)
+    assert near + samples["streamdedup_canonical_changes_total"] >= 1
+
+
+def test_a_worker_refuses_other_dedup_parameters(deployment):
+    deployment.start_worker()
+    deployment.wait_until_idle()  # the first worker has recorded the parameters
+    result = cli(deployment, "--threshold", "0.9", "worker", "--data-dir", str(deployment.root / "other"))
+    assert result.returncode == 1
+    assert "threshold=0.8 (settings say 0.9)" in " ".join(result.stderr.split())
