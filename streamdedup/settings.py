@@ -42,6 +42,17 @@ class Settings(BaseSettings):
     canonical_policy: Annotated[tuple[str, ...], NoDecode] = Field(
         POLICY_CRITERIA, description="Ordered canonical criteria, comma-separated in the environment."
     )
+    max_chunk_chars: int = Field(2000, ge=100, description="Longest chunk the chunker makes, in characters.")
+    boilerplate_min_docs: int = Field(
+        20, ge=0, description="Documents a collection needs before lines count as boilerplate (0: never)."
+    )
+    boilerplate_fraction: float = Field(
+        0.5, gt=0, le=1, description="Share of documents that makes a line boilerplate."
+    )
+    boilerplate_max_line_chars: int = Field(200, ge=1, description="Longer lines are never boilerplate.")
+    boilerplate_allow: Annotated[tuple[str, ...], NoDecode] = Field(
+        (), description="Lines never treated as boilerplate, '|'-separated in the environment."
+    )
 
     # Embedded runner.
     batch_size: int = Field(256, ge=1, description="Input events per batch (one atomic state commit each).")
@@ -49,6 +60,9 @@ class Settings(BaseSettings):
         DEFAULT_MAX_EVENT_BYTES, ge=1024, description="Larger input events are dead-lettered."
     )
     state_dir: Path | None = Field(None, description="Default state directory for run and inspect.")
+    folder_acl: Annotated[tuple[str, ...], NoDecode] = Field(
+        ("*",), description="ACL of folder files without a sidecar <file>.acl.json, comma-separated."
+    )
 
     # Kafka service (worker, produce, tail, materialize).
     broker: str = Field(
@@ -83,11 +97,18 @@ class Settings(BaseSettings):
         """Return the broker list as aiokafka wants it: 'host:port,host:port'."""
         return ",".join(part.split("://", 1)[-1] for part in self.broker.replace(",", ";").split(";") if part)
 
-    @field_validator("canonical_policy", mode="before")
+    @field_validator("canonical_policy", "folder_acl", mode="before")
     @classmethod
     def _split_policy(cls, value: Any) -> Any:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("boilerplate_allow", mode="before")
+    @classmethod
+    def _split_allow(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split("|") if part.strip())
         return value
 
     def engine_params(self) -> EngineParams:
@@ -103,6 +124,11 @@ class Settings(BaseSettings):
                 canonical_policy=self.canonical_policy,
                 bands=self.lsh_bands,
                 rows=self.lsh_rows,
+                max_chunk_chars=self.max_chunk_chars,
+                boilerplate_min_docs=self.boilerplate_min_docs,
+                boilerplate_fraction=self.boilerplate_fraction,
+                boilerplate_max_line_chars=self.boilerplate_max_line_chars,
+                boilerplate_allow=self.boilerplate_allow,
             )
         except ConfigurationError:
             raise

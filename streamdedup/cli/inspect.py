@@ -12,13 +12,20 @@ from rich.table import Table
 
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import format_timestamp, union_readers
-from streamdedup.core.state import ContentRecord, SourceRecord
+from streamdedup.core.stages.collection import line_key
+from streamdedup.core.state import CollectionRecord, ContentRecord, LineRecord, SourceRecord
 from streamdedup.errors import StateError
 from streamdedup.settings import Settings
 from streamdedup.store.base import check_params
 from streamdedup.store.rocksdb import RocksDBStore
 
-__all__ = ["describe_chunk", "describe_source", "inspect_command"]
+__all__ = [
+    "boilerplate_command",
+    "describe_boilerplate",
+    "describe_chunk",
+    "describe_source",
+    "inspect_command",
+]
 
 _PARTITION = 0  # the embedded runner keeps every stage in partition 0
 
@@ -162,3 +169,56 @@ def _render(console: Console, data: dict[str, Any]) -> None:
 def _short(text: str, limit: int = 60) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def boilerplate_command(settings: Settings, state: Path, collection: str | None, as_json: bool) -> None:
+    """Print each collection's learned boilerplate lines with the number of documents containing them."""
+    if not (state / "db").exists():
+        raise StateError(f"no state at {state}; run 'streamdedup run' with --state {state} first")
+    store = RocksDBStore(state)
+    try:
+        check_params(store, Engine(settings.engine_params()).params, where=str(state))
+        data = describe_boilerplate(store, collection)
+    finally:
+        store.close()
+    console = Console()
+    if as_json:
+        console.print_json(json.dumps(data))
+        return
+    if not data:
+        console.print(
+            "no collection has reported lines yet" if collection is None else f"no collection {collection!r}"
+        )
+        return
+    params = settings.engine_params()
+    for name, info in data.items():
+        table = Table(
+            title=f"{name}: {info['documents']} documents, {len(info['lines'])} boilerplate lines "
+            f"(threshold {params.boilerplate_fraction:.0%} of documents once there are {params.boilerplate_min_docs})",
+            header_style="bold",
+        )
+        table.add_column("documents", justify="right")
+        table.add_column("line")
+        for line in info["lines"]:
+            table.add_row(str(line["documents"]), line["text"])
+        console.print(table)
+
+
+def describe_boilerplate(store: RocksDBStore, collection: str | None) -> dict[str, Any]:
+    """Return the boilerplate of one collection, or of all, as plain data."""
+    out: dict[str, Any] = {}
+    for partition, key in store.keys("collection"):
+        if not key.startswith("c\x00"):
+            continue
+        name = key[2:]
+        if collection is not None and name != collection:
+            continue
+        record = msgspec.msgpack.decode(store.get("collection", partition, key) or b"", type=CollectionRecord)
+        counted: list[tuple[int, str]] = []
+        for hashed, text in record.boilerplate.items():
+            raw = store.get("collection", partition, line_key(name, hashed))
+            counted.append((msgspec.msgpack.decode(raw, type=LineRecord).count if raw else 0, text))
+        counted.sort(key=lambda line: (-line[0], line[1]))
+        lines = [{"text": text, "documents": count} for count, text in counted]
+        out[name] = {"documents": record.docs, "lines": lines}
+    return out

@@ -78,10 +78,17 @@ def _state_dir(settings: Settings, state: Path | None) -> Path:
 @app.command()
 def run(
     ctx: typer.Context,
-    input: Annotated[Path, typer.Argument(help="JSONL file of input events (design §4).", exists=True)],
+    input: Annotated[
+        Path,
+        typer.Argument(help="JSONL file of input events (design §4), or a folder of documents.", exists=True),
+    ],
     state: Annotated[Path | None, typer.Option(help="State directory (RocksDB); kept between runs.")] = None,
     out: Annotated[str, typer.Option(help="Output JSONL file, appended to; '-' for standard output.")] = "-",
     batch_size: Annotated[int | None, typer.Option(help="Input events per atomic batch.")] = None,
+    watch: Annotated[bool, typer.Option("--watch", help="Keep following the folder's changes.")] = False,
+    collection: Annotated[
+        str | None, typer.Option(help="Collection of a folder's files (default: its name).")
+    ] = None,
 ) -> None:
     """Run the engine embedded (no broker) over INPUT and append the outputs to --out."""
     from streamdedup.cli.run import run_command
@@ -89,7 +96,11 @@ def run(
     settings = _settings(ctx)
     if batch_size is not None:
         settings = settings.model_copy(update={"batch_size": batch_size})
-    _guard(lambda: run_command(settings, input, _state_dir(settings, state), out, err))
+    _guard(
+        lambda: run_command(
+            settings, input, _state_dir(settings, state), out, err, watch=watch, collection=collection
+        )
+    )
 
 
 @app.command()
@@ -112,6 +123,20 @@ def inspect(
         raise typer.Exit(2)
     settings = _settings(ctx)
     _guard(lambda: inspect_command(settings, _state_dir(settings, state), source, chunk, json_output))
+
+
+@app.command()
+def boilerplate(
+    ctx: typer.Context,
+    state: Annotated[Path | None, typer.Option(help="State directory written by 'run'.")] = None,
+    collection: Annotated[str | None, typer.Option(help="Show only this collection.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """List the learned boilerplate lines per collection, with how many documents contain them."""
+    from streamdedup.cli.inspect import boilerplate_command
+
+    settings = _settings(ctx)
+    _guard(lambda: boilerplate_command(settings, _state_dir(settings, state), collection, json_output))
 
 
 @app.command()

@@ -1,16 +1,31 @@
-"""``streamdedup run``: the embedded runner over a JSONL file, with progress and a summary table."""
+"""``streamdedup run``: the embedded runner over a JSONL file or a folder, with progress and a summary table."""
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
+import watchfiles
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from streamdedup.core.engine import Engine
+from streamdedup.core.messages import Output
 from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
+from streamdedup.drivers.folder import FolderFeed
 from streamdedup.drivers.jsonl import FileSink, RunReport, run_file
 from streamdedup.errors import ConfigurationError
 from streamdedup.settings import Settings
@@ -19,31 +34,49 @@ from streamdedup.store.rocksdb import RocksDBStore
 __all__ = ["run_command", "summary_table"]
 
 
-def run_command(settings: Settings, source: Path, state: Path, out: str, console: Console) -> None:
-    """Run the engine over ``source`` with state in ``state``, appending outputs to ``out``."""
-    if source.is_dir():
-        console.print(f"[red]error:[/red] {source} is a directory; give a JSONL file of input events")
-        raise SystemExit(2)
-    engine = Engine(settings.engine_params())
+@contextmanager
+def _opened(settings: Settings, state: Path, out: str) -> Iterator[tuple[EmbeddedRunner, FileSink]]:
     store = RocksDBStore(state)
     sink: FileSink | None = None
-    started = time.monotonic()
     try:
-        runner = EmbeddedRunner(engine, store, where=str(state))
+        runner = EmbeddedRunner(Engine(settings.engine_params()), store, where=str(state))
         if runner.counters.events == 0 and out != "-" and Path(out).exists() and Path(out).stat().st_size:
             raise ConfigurationError(
                 f"{out} already holds outputs, but the state at {state} is new: appending would mix two "
                 "histories in one file; remove it or choose another --out"
             )
         sink = FileSink(out)
-        with Progress(
+        yield runner, sink
+    finally:
+        if sink is not None:
+            sink.close()
+        store.close()
+
+
+def run_command(
+    settings: Settings,
+    source: Path,
+    state: Path,
+    out: str,
+    console: Console,
+    *,
+    watch: bool = False,
+    collection: str | None = None,
+) -> None:
+    """Run the engine over a JSONL file or a folder, with state in ``state``, appending outputs to ``out``."""
+    started = time.monotonic()
+    if not source.is_dir():
+        if watch:
+            raise ConfigurationError("--watch needs a folder to watch, not a file")
+        progress = Progress(
             TextColumn("[bold]dedup[/bold] {task.description}"),
             BarColumn(),
             DownloadColumn(),
             TimeRemainingColumn(),
             console=console,
             transient=True,
-        ) as progress:
+        )
+        with _opened(settings, state, out) as (runner, sink), progress:
             task = progress.add_task(source.name, total=source.stat().st_size)
             report = run_file(
                 runner,
@@ -53,14 +86,92 @@ def run_command(settings: Settings, source: Path, state: Path, out: str, console
                 max_event_bytes=settings.max_event_bytes,
                 progress=lambda done: progress.update(task, completed=done),
             )
-        counters = runner.counters
-    finally:
-        if sink is not None:
-            sink.close()
-        store.close()
+            counters = runner.counters
+    else:
+        feed = FolderFeed(
+            source,
+            collection or source.resolve().name,
+            default_acl=settings.folder_acl,
+            max_event_bytes=settings.max_event_bytes,
+        )
+        report = RunReport()
+        with _opened(settings, state, out) as (runner, sink):
+            feed.load(runner.store.get_meta(feed.meta_key))
+            _sync_folder(feed, runner, sink, settings.batch_size, report, console)
+            if watch:
+                console.print(f"watching {source} (Ctrl-C to stop); outputs go to {out}")
+                _watch(feed, runner, sink, settings.batch_size, report, console)
+            counters = runner.counters
     console.print(summary_table(report, counters, time.monotonic() - started))
     if out != "-":
         console.print(f"outputs appended to {out}; state in {state}")
+
+
+def _sync_folder(
+    feed: FolderFeed,
+    runner: EmbeddedRunner,
+    sink: FileSink,
+    batch_size: int,
+    report: RunReport,
+    console: Console,
+) -> int:
+    items = feed.sync()
+    if not items:
+        return 0
+    with Progress(
+        TextColumn("[bold]dedup[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(str(feed.root), total=len(items))
+        for start in range(0, len(items), batch_size):
+            batch = items[start : start + batch_size]
+            events = [item for _, _, item in batch if not isinstance(item, Output)]
+            letters = [item for _, _, item in batch if isinstance(item, Output)]
+            feed.seen(batch)
+            outputs = runner.process(events, sink, dead_letters=letters, meta={feed.meta_key: feed.dump()})
+            report.events += len(events)
+            report.dead_letters += len(letters)
+            report.outputs += len(outputs)
+            progress.update(task, advance=len(batch))
+    return len(items)
+
+
+def _watch(
+    feed: FolderFeed,
+    runner: EmbeddedRunner,
+    sink: FileSink,
+    batch_size: int,
+    report: RunReport,
+    console: Console,
+) -> None:
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        # Empty change sets arrive every few seconds when nothing happens: each pass rescans the folder, which
+        # also catches anything that changed before the watcher was ready.
+        for _changes in watchfiles.watch(
+            feed.root,
+            stop_event=stop,
+            debounce=100,
+            step=20,
+            rust_timeout=3000,
+            yield_on_timeout=True,
+            raise_interrupt=False,
+        ):
+            applied = _sync_folder(feed, runner, sink, batch_size, report, console)
+            if applied:
+                console.print(f"{applied} change(s) applied; {runner.counters.chunks:,} canonical chunks")
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def summary_table(report: RunReport, counters: RunCounters, seconds: float) -> Table:

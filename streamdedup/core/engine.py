@@ -2,12 +2,12 @@
 
 Drivers (embedded, simulation, Kafka) hold an :class:`Engine`, hand each stage a batch of messages for one of its
 partitions with that partition's state, and deliver what comes back: messages to the stage and partition that
-:meth:`Engine.partition_of` names, outputs to their topics.
+:meth:`Engine.destinations` names, outputs to their topics.
 
 >>> from streamdedup.core.params import EngineParams
 >>> engine = Engine(EngineParams())
 >>> sorted(engine.stages)
-['band', 'content', 'source']
+['band', 'collection', 'content', 'source']
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from streamdedup.core.messages import Message, Output, route
+from streamdedup.core.messages import BROADCAST, Message, Output, route
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.signatures import SignatureScheme
-from streamdedup.core.stages import BandStage, ContentStage, SourceStage
+from streamdedup.core.stages import BandStage, CollectionStage, ContentStage, SourceStage
 from streamdedup.core.state import PartitionState
 
 __all__ = ["Engine", "StageHandler"]
@@ -47,6 +47,7 @@ class Engine:
             "source": SourceStage(self),
             "content": ContentStage(self),
             "band": BandStage(self),
+            "collection": CollectionStage(self),
         }
 
     def handle(
@@ -56,7 +57,9 @@ class Engine:
         return self.stages[stage].handle(messages, state)
 
     @staticmethod
-    def partition_of(message: Message, partitions: int) -> tuple[str, int]:
-        """Return the stage that receives ``message`` and its partition among ``partitions``."""
+    def destinations(message: Message, partitions: int) -> list[tuple[str, int]]:
+        """Return the stage and partitions (among ``partitions``) that receive ``message``."""
         stage, key = route(message)
-        return stage, partition_for(key, partitions)
+        if key == BROADCAST:
+            return [(stage, p) for p in range(partitions)]
+        return [(stage, partition_for(key, partitions))]

@@ -14,12 +14,15 @@ import msgspec
 from streamdedup.core.model import AclEvent, DeleteEvent, Rank, SourceAttrs, UpsertEvent
 
 __all__ = [
+    "BROADCAST",
     "STAGES",
     "BandAck",
     "BandJoin",
     "BandLeave",
+    "BoilerplateUpdate",
     "ContentStatus",
     "Info",
+    "LineUpdate",
     "MemberReport",
     "Message",
     "NeighborUpdate",
@@ -31,8 +34,11 @@ __all__ = [
     "route",
 ]
 
-#: The stages in pipeline order: per source, per content hash, per LSH band key.
-STAGES = ("source", "content", "band")
+#: The stages in pipeline order: per source, per content hash, per LSH band key, per collection.
+STAGES = ("source", "content", "band", "collection")
+
+#: The routing key of a message that goes to every partition of its stage.
+BROADCAST = "\x00*"
 
 Role = Literal["pending", "canonical", "member", "dead"]
 
@@ -143,6 +149,25 @@ class NeighborUpdate(msgspec.Struct, frozen=True, tag="neighbor", tag_field="op"
     report: MemberReport | None = None
 
 
+class LineUpdate(msgspec.Struct, frozen=True, tag="lines", tag_field="op"):
+    """Source → collection: the lines a source's new version adds to and removes from its collection's counts."""
+
+    collection: str
+    source_id: str
+    version: int
+    counted: bool  # whether the source counts as a document of the collection after this version
+    added: tuple[tuple[str, str], ...] = ()  # (line hash, normalized line)
+    removed: tuple[str, ...] = ()
+
+
+class BoilerplateUpdate(msgspec.Struct, frozen=True, tag="boilerplate", tag_field="op"):
+    """Collection → every source partition: the collection's current boilerplate lines."""
+
+    collection: str
+    seq: int
+    lines: dict[str, str]  # line hash -> normalized line
+
+
 Message = (
     UpsertEvent
     | DeleteEvent
@@ -155,6 +180,8 @@ Message = (
     | NeighborUpdate
     | BandJoin
     | BandLeave
+    | LineUpdate
+    | BoilerplateUpdate
 )
 
 
@@ -167,9 +194,13 @@ class Output(msgspec.Struct, frozen=True):
 
 
 def route(message: Message) -> tuple[str, str]:
-    """Return the stage that handles ``message`` and the key it is partitioned by."""
+    """Return the stage that handles ``message`` and the key it is partitioned by (:data:`BROADCAST`: all)."""
     if isinstance(message, (UpsertEvent, DeleteEvent, AclEvent, ContentStatus)):
         return "source", message.source_id
+    if isinstance(message, BoilerplateUpdate):
+        return "source", BROADCAST
+    if isinstance(message, LineUpdate):
+        return "collection", message.collection
     if isinstance(message, (BandJoin, BandLeave)):
         return "band", message.band_key
     return "content", message.content_hash

@@ -30,7 +30,7 @@ __all__ = [
 POLICY_CRITERIA = ("authority", "modified_at", "length", "source_id")
 
 #: Version of the state layout and of the normalization and shingle-hash functions.
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 
 
 def candidate_probability(jaccard: float, bands: int, rows: int) -> float:
@@ -81,6 +81,11 @@ class EngineParams:
     canonical_policy: tuple[str, ...] = POLICY_CRITERIA
     bands: int = field(default=0)
     rows: int = field(default=0)
+    max_chunk_chars: int = 2000
+    boilerplate_min_docs: int = 20
+    boilerplate_fraction: float = 0.5
+    boilerplate_max_line_chars: int = 200
+    boilerplate_allow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.shingle_size < 1:
@@ -99,6 +104,10 @@ class EngineParams:
                 f"canonical_policy must be distinct criteria from {', '.join(POLICY_CRITERIA)}; got "
                 f"{', '.join(self.canonical_policy)}"
             )
+        if self.max_chunk_chars < 100:
+            raise ConfigurationError("max_chunk_chars must be at least 100")
+        if self.boilerplate_min_docs < 0 or not 0.0 < self.boilerplate_fraction <= 1.0:
+            raise ConfigurationError("boilerplate_min_docs must be >= 0 and boilerplate_fraction in (0, 1]")
         if (self.bands == 0) != (self.rows == 0):
             raise ConfigurationError("set both bands and rows, or neither")
         if self.bands == 0:
@@ -117,5 +126,6 @@ class EngineParams:
         """Return the parameters as plain data, as recorded in the state."""
         data = asdict(self)
         data["canonical_policy"] = list(self.canonical_policy)
+        data["boilerplate_allow"] = list(self.boilerplate_allow)
         data["format"] = STATE_FORMAT
         return data

@@ -16,7 +16,11 @@ from streamdedup.core.model import SourceAttrs
 
 __all__ = [
     "BandRecord",
+    "BoilerplateSnapshot",
+    "CollectionMember",
+    "CollectionRecord",
     "ContentRecord",
+    "LineRecord",
     "MappingEntry",
     "NeighborEntry",
     "PartitionState",
@@ -61,9 +65,41 @@ class SourceRecord(msgspec.Struct, kw_only=True):
     collection: str = "default"
     chunks: list[str] = msgspec.field(default_factory=list)  # content hash at each position
     texts: list[str] = msgspec.field(default_factory=list)  # original chunk text at each position
+    norms: list[str] = msgspec.field(default_factory=list)  # normalized plain text at each position
+    lines: list[str] = msgspec.field(default_factory=list)  # line hashes counted in lines_collection
+    lines_collection: str = ""
     statuses: dict[str, ContentStatus] = msgspec.field(default_factory=dict)
     mapping: list[MappingEntry] | None = None  # the last emitted mapping
     mapped_version: int = -1  # the version the last emitted mapping was for
+
+
+class BoilerplateSnapshot(msgspec.Struct, kw_only=True):
+    """A source partition's copy of one collection's boilerplate lines (line hash -> normalized line)."""
+
+    seq: int = 0
+    lines: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class CollectionRecord(msgspec.Struct, kw_only=True):
+    """State of the ``collection`` stage for one collection: document count and current boilerplate."""
+
+    docs: int = 0
+    seq: int = 0
+    boilerplate: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class LineRecord(msgspec.Struct, kw_only=True, array_like=True):
+    """How many documents of a collection contain one normalized line."""
+
+    count: int = 0
+    text: str = ""
+
+
+class CollectionMember(msgspec.Struct, kw_only=True, array_like=True):
+    """The last version of a source the collection counted (older line updates are ignored)."""
+
+    version: int = -1
+    counted: bool = False
 
 
 class RefEntry(msgspec.Struct, kw_only=True, array_like=True):
@@ -129,7 +165,16 @@ class BandRecord(msgspec.Struct, kw_only=True):
     members: dict[str, int] = msgspec.field(default_factory=dict)
 
 
-R = TypeVar("R", SourceRecord, ContentRecord, BandRecord)
+R = TypeVar(
+    "R",
+    SourceRecord,
+    ContentRecord,
+    BandRecord,
+    BoilerplateSnapshot,
+    CollectionRecord,
+    LineRecord,
+    CollectionMember,
+)
 
 
 class Table(Generic[R]):

@@ -101,8 +101,12 @@ class EmbeddedRunner:
         sink: Callable[[list[Output]], None],
         *,
         dead_letters: Iterable[Output] = (),
+        meta: dict[str, bytes] | None = None,
     ) -> list[Output]:
-        """Run one batch of events to quiescence, hand its outputs to ``sink``, then commit its state."""
+        """Run one batch of events to quiescence, hand its outputs to ``sink``, then commit its state.
+
+        ``meta`` is committed with the state (a feed's position, for instance).
+        """
         txn = Transaction(self.store)
         outputs = list(dead_letters)
         outputs.extend(run_to_quiescence(self.engine, txn, events))
@@ -111,6 +115,7 @@ class EmbeddedRunner:
             self.counters.observe(output, txn)
         sink(outputs)
         txn.meta[_COUNTERS_KEY] = self.counters.to_json()
+        txn.meta.update(meta or {})
         txn.commit()
         return outputs
 

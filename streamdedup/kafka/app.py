@@ -70,8 +70,8 @@ class Pipeline:
         outputs = [item for item in produced if isinstance(item, Output)]
         for item in produced:
             if not isinstance(item, Output):
-                stage, partition = self.engine.partition_of(item, self.settings.partitions)
-                groups.setdefault((stage, partition), []).append(item)
+                for address in self.engine.destinations(item, self.settings.partitions):
+                    groups.setdefault(address, []).append(item)
         for (stage, partition), messages in groups.items():
             for data in encode_batches(messages, max_bytes=self.settings.max_batch_bytes):
                 pending.append(await self.stage_topics[stage].send(value=data, partition=partition))

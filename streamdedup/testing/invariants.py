@@ -10,7 +10,6 @@ from typing import Any
 
 from streamdedup.core.facts import fact_conflict
 from streamdedup.core.model import EVERYONE, covered, union_readers
-from streamdedup.core.normalize import normalize
 from streamdedup.core.shingles import jaccard
 from streamdedup.core.view import View
 from streamdedup.testing.reference import LiveSource
@@ -27,8 +26,8 @@ def check_invariants(
     positions: dict[tuple[str, int], tuple[str, str, LiveSource]] = {}
     by_hash: dict[str, list[tuple[str, int]]] = {}
     for source in sources.values():
-        for position, (text, content_hash) in enumerate(zip(source.texts, source.hashes, strict=True)):
-            positions[(source.source_id, position)] = (content_hash, normalize(text), source)
+        for position, (norm, content_hash) in enumerate(zip(source.norms, source.hashes, strict=True)):
+            positions[(source.source_id, position)] = (content_hash, norm, source)
             by_hash.setdefault(content_hash, []).append((source.source_id, position))
     norm_of = {h: positions[refs[0]][1] for h, refs in by_hash.items()}
 

@@ -21,31 +21,34 @@ from streamdedup.core.facts import fact_conflict
 from streamdedup.core.messages import Info, MemberReport, SourceRef
 from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent, Rank, SourceAttrs, union_readers
 from streamdedup.core.normalize import normalize
+from streamdedup.core.params import EngineParams
 from streamdedup.core.records import chunk_value, mapping_value, review_key
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set, shingles
-from streamdedup.core.stages.source import chunk_texts
-from streamdedup.core.state import MappingEntry
+from streamdedup.core.stages.source import document_chunks
+from streamdedup.core.state import MappingEntry, SourceRecord
 
-__all__ = ["LiveSource", "Reference", "live_sources"]
+__all__ = ["LiveSource", "Reference", "live_sources", "live_sources_in_store"]
 
 
 @dataclass(frozen=True)
 class LiveSource:
-    """A source that is live after an event sequence: its version, attributes and chunk texts."""
+    """A source that is live: its version, attributes, chunk texts and their normalized plain texts."""
 
     source_id: str
     version: int
     attrs: SourceAttrs
     texts: tuple[str, ...]
+    norms: tuple[str, ...]
 
     @property
     def hashes(self) -> list[str]:
         """Return the content hash of every position."""
-        return [hashlib.sha256(normalize(t).encode("utf-8")).hexdigest() for t in self.texts]
+        return [hashlib.sha256(n.encode("utf-8")).hexdigest() for n in self.norms]
 
 
-def live_sources(events: Iterable[InputEvent]) -> dict[str, LiveSource]:
-    """Apply the version rules of the contract and return the live sources."""
+def live_sources(events: Iterable[InputEvent], params: EngineParams | None = None) -> dict[str, LiveSource]:
+    """Apply the version rules of the contract and return the live sources (chunked without boilerplate)."""
+    params = params or EngineParams()
     versions: dict[str, int] = {}
     live: dict[str, LiveSource] = {}
     for event in events:
@@ -58,11 +61,33 @@ def live_sources(events: Iterable[InputEvent]) -> dict[str, LiveSource]:
             current = live.get(event.source_id)
             if current is not None:
                 attrs = msgspec.structs.replace(current.attrs, acl=event.acl)
-                live[event.source_id] = LiveSource(event.source_id, event.version, attrs, current.texts)
+                live[event.source_id] = LiveSource(
+                    event.source_id, event.version, attrs, current.texts, current.norms
+                )
         else:
+            chunks = document_chunks(event, params)
             live[event.source_id] = LiveSource(
-                event.source_id, event.version, event.attrs, tuple(chunk_texts(event))
+                event.source_id,
+                event.version,
+                event.attrs,
+                tuple(c.original for c in chunks),
+                tuple(normalize(c.plain) for c in chunks),
             )
+    return live
+
+
+def live_sources_in_store(store: Any) -> dict[str, LiveSource]:
+    """Return the live sources as the engine chunked them, read from a store's ``source`` stage."""
+    decoder = msgspec.msgpack.Decoder(SourceRecord)
+    live = {}
+    for partition, key in store.keys("source"):
+        if key.startswith("\x00"):
+            continue  # not a source: a partition's copy of a boilerplate list
+        raw = store.get("source", partition, key)
+        record = decoder.decode(raw)
+        if record.deleted or record.attrs is None:
+            continue
+        live[key] = LiveSource(key, record.version, record.attrs, tuple(record.texts), tuple(record.norms))
     return live
 
 
@@ -105,9 +130,10 @@ class Reference:
         refs: dict[str, list[tuple[str, int, SourceAttrs, str]]] = {}
         norms: dict[str, str] = {}
         for source in self.sources.values():
-            for position, (text, content_hash) in enumerate(zip(source.texts, source.hashes, strict=True)):
+            for position, (text, norm) in enumerate(zip(source.texts, source.norms, strict=True)):
+                content_hash = hashlib.sha256(norm.encode("utf-8")).hexdigest()
                 refs.setdefault(content_hash, []).append((source.source_id, position, source.attrs, text))
-                norms[content_hash] = normalize(text)
+                norms[content_hash] = norm
         contents = {}
         for content_hash, content_refs in refs.items():
             content_refs.sort(key=lambda r: (r[0], r[1]))

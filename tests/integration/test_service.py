@@ -47,7 +47,7 @@ def test_example_view_equals_the_embedded_run(deployment, engine):
     view = deployment.view()
     embedded = run_embedded(engine, events)
     assert view.compacted(with_revision=False) == embedded.compacted(with_revision=False)
-    assert len(view.chunks) == 13
+    assert len(view.chunks) == 12
 
 
 def test_deletion_propagates_and_replays_change_nothing(deployment, engine):

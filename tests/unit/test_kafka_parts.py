@@ -53,7 +53,7 @@ def test_table_state_rewrites_read_keys():
 def test_topic_names_share_the_prefix():
     names = TopicNames("acme.")
     assert all(t.startswith("acme.") for t in names.all())
-    assert len(set(names.all())) == 9
+    assert len(set(names.all())) == 10  # documents, 4 stage topics, 5 outputs
     with pytest.raises(ValueError):
         names.output("nope")
     assert topic_config("canonical-chunks")["cleanup.policy"] == "compact"

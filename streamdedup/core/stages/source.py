@@ -1,36 +1,59 @@
 """Stage ``source``, keyed by source_id: versions, chunk lists and the source mapping.
 
 It applies input events in version order (older or equal versions are ignored, a delete leaves a version
-tombstone), tells each content which positions of the source hold it, and emits the source's mapping once every
-position's content has answered for the source's current version.
+tombstone), chunks documents (markup-aware, without the collection's known boilerplate lines), tells each
+content which positions of the source hold it, reports the document's lines to its collection, and emits the
+source's mapping once every position's content has answered for the source's current version.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from streamdedup.core.chunking import paragraphs
-from streamdedup.core.messages import ContentStatus, Message, Output, RefUpdate
+from streamdedup.core.chunking import Chunk, chunk_document
+from streamdedup.core.markup import blocks, plain_text
+from streamdedup.core.messages import BoilerplateUpdate, ContentStatus, LineUpdate, Message, Output, RefUpdate
 from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
 from streamdedup.core.normalize import normalize
+from streamdedup.core.params import EngineParams
 from streamdedup.core.records import audit_value, mapping_value
-from streamdedup.core.state import MappingEntry, PartitionState, SourceRecord, Table
+from streamdedup.core.stages.collection import line_hash
+from streamdedup.core.state import BoilerplateSnapshot, MappingEntry, PartitionState, SourceRecord, Table
 
 if TYPE_CHECKING:
     from streamdedup.core.engine import Engine
 
-__all__ = ["SourceStage", "chunk_texts"]
+__all__ = ["SourceStage", "document_chunks", "document_lines"]
+
+_SNAPSHOT_PREFIX = "\x00boilerplate\x00"
 
 
-def chunk_texts(event: UpsertEvent) -> list[str]:
-    """Return the original chunk texts of an upsert: its ``chunks`` as given, or its ``text`` split."""
+def document_chunks(
+    event: UpsertEvent, params: EngineParams, keep_line: Callable[[str], bool] | None = None
+) -> list[Chunk]:
+    """Return the chunks of an upsert: its ``chunks`` as given, or its ``text`` chunked."""
     if event.chunks is not None:
-        return list(event.chunks)
-    return paragraphs(event.text or "")
+        return [Chunk(c, plain_text(c, event.content_type)) for c in event.chunks]
+    return chunk_document(
+        event.text or "", event.content_type, max_chars=params.max_chunk_chars, keep_line=keep_line
+    )
+
+
+def document_lines(event: UpsertEvent, params: EngineParams) -> dict[str, str]:
+    """Return the normalized lines a text upsert counts in its collection's boilerplate statistics."""
+    if event.chunks is not None or params.boilerplate_min_docs == 0:
+        return {}
+    found: dict[str, str] = {}
+    for block in blocks(event.text or "", event.content_type):
+        for line in block.plain.split("\n"):
+            normalized = normalize(line)
+            if normalized and len(normalized) <= params.boilerplate_max_line_chars:
+                found[line_hash(normalized)] = normalized
+    return found
 
 
 class SourceStage:
@@ -39,18 +62,26 @@ class SourceStage:
     name = "source"
 
     def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+        self._params = engine.params
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
-        """Apply a batch of input events and content statuses for one partition."""
+        """Apply a batch of input events, content statuses and boilerplate lists for one partition."""
         table = Table(state, SourceRecord)
+        snapshots = Table(state, BoilerplateSnapshot)
         out: list[Message | Output] = []
         touched: dict[str, None] = {}
         for message in messages:
             if isinstance(message, ContentStatus):
                 self._apply_status(table, message)
+            elif isinstance(message, BoilerplateUpdate):
+                key = _SNAPSHOT_PREFIX + message.collection
+                snapshot = snapshots.get_or_new(key)
+                if message.seq > snapshot.seq:
+                    snapshot.seq, snapshot.lines = message.seq, dict(message.lines)
+                    snapshots.mark(key)
+                continue
             elif isinstance(message, (UpsertEvent, DeleteEvent, AclEvent)):
-                if not self._apply_event(table, message, out):
+                if not self._apply_event(table, snapshots, message, out):
                     continue
             else:  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"source stage cannot handle {type(message).__name__}")
@@ -58,11 +89,13 @@ class SourceStage:
         for source_id in touched:
             self._emit_mapping(table, source_id, out)
         table.flush()
+        snapshots.flush()
         return out
 
     def _apply_event(
         self,
         table: Table[SourceRecord],
+        snapshots: Table[BoilerplateSnapshot],
         event: UpsertEvent | DeleteEvent | AclEvent,
         out: list[Message | Output],
     ) -> bool:
@@ -73,6 +106,17 @@ class SourceStage:
         if isinstance(event, DeleteEvent):
             for content_hash in sorted(old):
                 out.append(RefUpdate(content_hash, event.source_id, event.version, ()))
+            if record.lines_collection:
+                out.append(
+                    LineUpdate(
+                        record.lines_collection,
+                        event.source_id,
+                        event.version,
+                        False,
+                        (),
+                        tuple(record.lines),
+                    )
+                )
             if record.mapping is not None:
                 out.append(Output("source-mappings", event.source_id, None))
             table.put(event.source_id, SourceRecord(version=event.version, deleted=True))
@@ -83,17 +127,24 @@ class SourceStage:
             if record.deleted or record.attrs is None:
                 return False
             record.attrs = msgspec.structs.replace(record.attrs, acl=event.acl)
-            new_chunks, new_texts = record.chunks, record.texts
-            norms = [normalize(t) for t in new_texts]
         else:
-            new_texts = chunk_texts(event)
-            norms = [normalize(t) for t in new_texts]
-            new_chunks = [hashlib.sha256(n.encode("utf-8")).hexdigest() for n in norms]
+            snapshot = snapshots.get(_SNAPSHOT_PREFIX + event.collection)
+            keep_line = None
+            if snapshot is not None and snapshot.lines:
+                known = snapshot.lines
+
+                def keep_line(line: str) -> bool:
+                    return line_hash(normalize(line)) not in known
+
+            chunks = document_chunks(event, self._params, keep_line)
+            self._report_lines(record, event, out)
+            norms = [normalize(c.plain) for c in chunks]
             record.version, record.deleted = event.version, False
             record.attrs, record.collection = event.attrs, event.collection
-            record.chunks, record.texts = new_chunks, new_texts
+            record.texts, record.norms = [c.original for c in chunks], norms
+            record.chunks = [hashlib.sha256(n.encode("utf-8")).hexdigest() for n in norms]
             table.mark(event.source_id)
-        new = _positions_by_content(new_chunks)
+        new = _positions_by_content(record.chunks)
         for content_hash in sorted(set(old) | set(new)):
             positions = new.get(content_hash, ())
             out.append(
@@ -102,13 +153,29 @@ class SourceStage:
                     event.source_id,
                     record.version,
                     positions,
-                    tuple(new_texts[p] for p in positions),
-                    norms[positions[0]] if positions else "",
+                    tuple(record.texts[p] for p in positions),
+                    record.norms[positions[0]] if positions else "",
                     record.attrs if positions else None,
                 )
             )
         record.statuses = {h: s for h, s in record.statuses.items() if h in new}
         return True
+
+    def _report_lines(self, record: SourceRecord, event: UpsertEvent, out: list[Message | Output]) -> None:
+        lines = document_lines(event, self._params)
+        old = set(record.lines) if record.lines_collection else set()
+        if record.lines_collection and record.lines_collection != event.collection:
+            gone = tuple(sorted(old))
+            out.append(LineUpdate(record.lines_collection, event.source_id, event.version, False, (), gone))
+            old = set()
+        if lines or old:
+            added = tuple(sorted((h, t) for h, t in lines.items() if h not in old))
+            removed = tuple(sorted(old - set(lines)))
+            out.append(
+                LineUpdate(event.collection, event.source_id, event.version, bool(lines), added, removed)
+            )
+        record.lines = sorted(lines)
+        record.lines_collection = event.collection if lines else ""
 
     def _apply_status(self, table: Table[SourceRecord], status: ContentStatus) -> None:
         record = table.get(status.source_id)
@@ -130,12 +197,11 @@ class SourceStage:
             if status is None or status.version != record.version or not status.chunk_id:
                 return  # some content has not answered for this version yet
             if status.relation == "near":
-                relation, jaccard = "near", status.jaccard
+                entries.append(MappingEntry(position, content_hash, status.chunk_id, "near", status.jaccard))
             elif status.canonical_ref == (source_id, position):
-                relation, jaccard = "canonical", 1.0
+                entries.append(MappingEntry(position, content_hash, status.chunk_id, "canonical", 1.0))
             else:
-                relation, jaccard = "exact", 1.0
-            entries.append(MappingEntry(position, content_hash, status.chunk_id, relation, jaccard))  # type: ignore[arg-type]
+                entries.append(MappingEntry(position, content_hash, status.chunk_id, "exact", 1.0))
         if entries == record.mapping and record.mapped_version == record.version:
             return
         previous = {e.position: e for e in record.mapping or ()}

@@ -1,0 +1,253 @@
+"""Markup-aware text extraction: Markdown and HTML reduced to blocks of plain text (design §3).
+
+Hashing and shingling see the plain text, so a passage written as Markdown, HTML or plain text has one content
+hash; outputs keep the original text. Markdown is parsed with markdown-it-py (CommonMark and tables), HTML with
+selectolax's lexbor engine (an HTML5 parser). Code blocks and tables keep their content; emphasis, links and
+tags do not count as text.
+
+>>> [b.plain for b in blocks("# Reset\\n\\nOpen **Settings** and [reset](/r) it.", "text/markdown")]
+['Reset', 'Open Settings and reset it.']
+>>> paragraphs("First line\\nstill first.\\n\\n\\n  Second.  \\n")
+['First line\\nstill first.', 'Second.']
+>>> [b.plain for b in blocks("<h1>Reset</h1><p>Open <b>Settings</b> and <a href=/r>reset</a> it.</p>", "text/html")]
+['Reset', 'Open Settings and reset it.']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from markdown_it import MarkdownIt
+from selectolax.lexbor import LexborHTMLParser, LexborNode
+
+__all__ = ["Block", "blocks", "paragraphs", "plain_text"]
+
+_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+
+_MARKDOWN = MarkdownIt("commonmark").enable("table")
+
+_HTML_SKIP = frozenset(
+    {"script", "style", "template", "noscript", "head", "title", "meta", "link", "iframe", "svg"}
+)
+_HTML_BLOCKS = {
+    "p": "paragraph", "h1": "heading", "h2": "heading", "h3": "heading", "h4": "heading", "h5": "heading",
+    "h6": "heading", "pre": "code", "table": "table", "ul": "list", "ol": "list", "dl": "list",
+    "blockquote": "quote", "figure": "paragraph", "address": "paragraph",
+}  # fmt: skip
+_HTML_CONTAINERS = frozenset(
+    {
+        "html",
+        "body",
+        "div",
+        "section",
+        "article",
+        "main",
+        "header",
+        "footer",
+        "nav",
+        "aside",
+        "details",
+        "form",
+    }
+)
+# Elements whose text starts on a new line inside a block (list items, table rows, nested paragraphs).
+_HTML_LINE_BREAKING = frozenset(
+    {
+        "p",
+        "li",
+        "tr",
+        "dt",
+        "dd",
+        "div",
+        "br",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "pre",
+        "blockquote",
+        "caption",
+    }
+)
+_HTML_CELLS = frozenset({"td", "th"})
+
+
+class Block(NamedTuple):
+    """A block of a document: its kind, its original text, and the plain text hashing sees."""
+
+    kind: str  # heading, paragraph, list, code, table, quote
+    original: str
+    plain: str
+
+
+def paragraphs(text: str) -> list[str]:
+    """Return the non-empty paragraphs of plain ``text`` (split at blank lines), stripped."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return [part.strip() for part in _BLANK_LINE.split(text) if part.strip()]
+
+
+def blocks(text: str, content_type: str) -> list[Block]:
+    """Split a document into blocks according to its content type."""
+    if content_type == "text/markdown":
+        return list(_markdown_blocks(text))
+    if content_type == "text/html":
+        return list(_html_blocks(text))
+    return [Block("paragraph", p, p) for p in paragraphs(text)]
+
+
+def plain_text(text: str, content_type: str) -> str:
+    """Return the plain text of a chunk: its blocks' plain text, one block per line."""
+    if content_type == "text/plain":
+        return text
+    return "\n".join(b.plain for b in blocks(text, content_type))
+
+
+# -- Markdown -----------------------------------------------------------------------------------------------------
+
+
+def _inline_text(token: Any) -> str:
+    parts: list[str] = []
+    for child in token.children or ():
+        kind = child.type
+        if kind in ("text", "code_inline"):
+            parts.append(child.content)
+        elif kind in ("softbreak", "hardbreak"):
+            parts.append("\n")
+        elif kind == "image":
+            parts.append(_inline_text(child))
+        elif kind == "html_inline":
+            parts.append(_html_fragment_text(child.content))
+    return "".join(parts)
+
+
+def _markdown_blocks(text: str) -> Iterator[Block]:
+    lines = text.splitlines()
+    tokens = _MARKDOWN.parse(text)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.level != 0:
+            i += 1
+            continue
+        start, end = token.map if token.map else (0, 0)
+        original = "\n".join(lines[start:end]).strip()
+        if token.type in ("fence", "code_block"):
+            yield Block("code", original, token.content.rstrip("\n"))
+            i += 1
+            continue
+        if token.type == "html_block":
+            plain = _html_fragment_text(token.content)
+            if plain.strip():
+                yield Block("paragraph", original, plain)
+            i += 1
+            continue
+        if not token.type.endswith("_open"):
+            i += 1  # hr and anything without text
+            continue
+        depth, j, texts, rows = 0, i, [], []
+        while j < len(tokens):
+            inner = tokens[j]
+            depth += inner.nesting
+            if inner.type == "inline":
+                texts.append(_inline_text(inner))
+            elif inner.type in ("fence", "code_block"):
+                texts.append(inner.content.rstrip("\n"))
+            elif inner.type == "tr_close":
+                rows.append(" ".join(texts))
+                texts = []
+            if depth == 0:
+                break
+            j += 1
+        kind = {"heading_open": "heading", "paragraph_open": "paragraph", "table_open": "table",
+                "blockquote_open": "quote"}.get(token.type, "list")  # fmt: skip
+        plain = "\n".join(rows + texts) if kind == "table" else "\n".join(texts)
+        if plain.strip():
+            yield Block(kind, original, plain)
+        i = j + 1
+
+
+# -- HTML ---------------------------------------------------------------------------------------------------------
+
+
+def _html_node_text(node: LexborNode, out: list[str]) -> None:
+    for child in node.iter(include_text=True):
+        tag = child.tag
+        if tag == "-text":
+            out.append(child.text_content or "")
+        elif tag in _HTML_SKIP or tag == "-comment":
+            continue
+        elif tag == "br":
+            out.append("\n")
+        elif tag == "pre":
+            out.append("\n" + (child.text(deep=True) or "") + "\n")
+        elif tag in _HTML_CELLS:
+            out.append(" ")
+            _html_node_text(child, out)
+            out.append(" ")
+        elif tag in _HTML_LINE_BREAKING:
+            out.append("\n")
+            _html_node_text(child, out)
+            out.append("\n")
+        else:
+            _html_node_text(child, out)
+
+
+def _clean(text: str) -> str:
+    return "\n".join(line.strip() for line in text.splitlines() if line.strip())
+
+
+def _html_text(node: LexborNode) -> str:
+    if node.tag == "pre":
+        return (node.text(deep=True) or "").strip("\n")
+    out: list[str] = []
+    _html_node_text(node, out)
+    return _clean("".join(out))
+
+
+def _html_fragment_text(html: str) -> str:
+    parser = LexborHTMLParser(f"<body>{html}</body>")
+    return _html_text(parser.body) if parser.body is not None else ""
+
+
+def _html_blocks(text: str) -> Iterator[Block]:
+    parser = LexborHTMLParser(text)
+    if parser.body is not None:
+        yield from _html_walk(parser.body)
+
+
+def _html_walk(container: LexborNode) -> Iterator[Block]:
+    pending_html: list[str] = []
+    pending_text: list[str] = []
+
+    def flush() -> Iterator[Block]:
+        plain = _clean("".join(pending_text))
+        if plain:
+            yield Block("paragraph", "".join(pending_html).strip(), plain)
+        pending_html.clear()
+        pending_text.clear()
+
+    for child in container.iter(include_text=True):
+        tag = child.tag
+        if tag in _HTML_SKIP or tag == "-comment":
+            continue
+        if tag in _HTML_BLOCKS:
+            yield from flush()
+            plain = _html_text(child)
+            if plain:
+                yield Block(_HTML_BLOCKS[tag], child.html or "", plain)
+        elif tag in _HTML_CONTAINERS:
+            yield from flush()
+            yield from _html_walk(child)
+        elif tag == "-text":
+            pending_html.append(child.text_content or "")
+            pending_text.append(child.text_content or "")
+        else:
+            pending_html.append(child.html or "")
+            out: list[str] = []
+            _html_node_text(child, out) if tag != "br" else out.append("\n")
+            pending_text.append("".join(out))
+    yield from flush()

@@ -1,0 +1,124 @@
+"""Boilerplate lines per collection: learned from the documents, stripped before chunking."""
+
+import json
+import random
+
+from typer.testing import CliRunner
+
+from streamdedup.cli.main import app
+from streamdedup.codec import encode_event
+from streamdedup.core.engine import Engine
+from streamdedup.core.model import SourceAttrs, UpsertEvent
+from streamdedup.core.params import EngineParams
+from streamdedup.core.view import View
+from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.store.memory import MemoryStore
+from streamdedup.testing.invariants import check_invariants
+from streamdedup.testing.reference import Reference, live_sources_in_store
+from streamdedup.testing.simulation import SimulationDriver
+
+HEADER = (
+    "Acme Handbook home policies benefits travel expenses security contact search help desk portal directory\n"
+    "news events careers offices parking canteen library learning wellbeing volunteering holidays payroll pensions"
+)
+FOOTER = (
+    "Internal use only please do not forward outside the company without written permission from the legal\n"
+    "team at Acme Corporation headquarters and remember to report suspected phishing to the security desk"
+)
+HEADER_LINE = HEADER.split("\n", maxsplit=1)[0].lower()
+WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
+
+
+def page(i: int, version: int = 1) -> UpsertEvent:
+    rng = random.Random(i)
+    content = rng.choice(WORDS) + f" topic{chr(97 + i % 26)}{chr(97 + i // 26)}"
+    attrs = SourceAttrs(acl=("*",), modified_at=(i + 1) * 1_000_000)
+    return UpsertEvent(
+        source_id=f"page-{i:02d}",
+        version=version,
+        attrs=attrs,
+        text=f"{HEADER}\n{content}\n{FOOTER}",
+        collection="handbook",
+    )
+
+
+def run(params: EngineParams, events):
+    engine = Engine(params)
+    store = MemoryStore()
+    runner = EmbeddedRunner(engine, store)
+    view = View()
+    for event in events:
+        view.apply_all(runner.process([event], lambda outputs: None))
+    return engine, store, view
+
+
+def near_relations(view: View) -> int:
+    return sum(c["relation"] == "near" for m in view.mappings.values() for c in m["chunks"])
+
+
+def test_without_stripping_pages_crowd_into_one_chunk():
+    _, _, view = run(EngineParams(boilerplate_min_docs=0), [page(i) for i in range(30)])
+    assert near_relations(view) >= 20  # the shared header and footer make the pages near copies
+
+
+def test_with_stripping_pages_stay_apart_once_reingested():
+    params = EngineParams(boilerplate_min_docs=10, boilerplate_fraction=0.5)
+    events = [page(i) for i in range(30)]
+    engine, store, view = run(params, events)
+    live = live_sources_in_store(store)
+    # Pages read before the header and footer were known as boilerplate keep them until their next version.
+    early = [s for s in live.values() if HEADER_LINE in s.norms[0]]
+    late = [s for s in live.values() if HEADER_LINE not in s.norms[0]]
+    assert 5 <= len(early) <= 12 and len(late) >= 18
+    assert all(len(s.norms[0].split()) == 2 for s in late)
+    # A new version of each early page is chunked without them.
+    events += [page(int(s.source_id[-2:]), version=2) for s in early]
+    engine, store, view = run(params, events)
+    live = live_sources_in_store(store)
+    assert all(HEADER_LINE not in s.norms[0] for s in live.values())
+    assert near_relations(view) == 0
+    assert check_invariants(view, live, threshold=0.8, shingle_size=5) == []
+    assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
+
+
+def test_allow_listed_lines_are_kept():
+    params = EngineParams(boilerplate_min_docs=10, boilerplate_allow=tuple(FOOTER.upper().split("\n")))
+    _, store, _ = run(params, [page(i) for i in range(30)])
+    live = live_sources_in_store(store)
+    assert all(FOOTER.split("\n")[1].lower() in s.norms[0] for s in live.values())
+    assert sum(HEADER_LINE in s.norms[0] for s in live.values()) < 15
+
+
+def test_any_interleaving_gives_a_sound_view_with_boilerplate():
+    params = EngineParams(boilerplate_min_docs=8)
+    engine = Engine(params)
+    events = [page(i) for i in range(24)] + [page(i, version=2) for i in range(24)]
+    for seed in range(4):
+        sim = SimulationDriver(engine, partitions=3, seed=seed, rewind=0.05)
+        view = View().apply_all(sim.run(events))
+        live = live_sources_in_store(sim.store)
+        assert check_invariants(view, live, threshold=0.8, shingle_size=5) == []
+        assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
+
+
+def test_the_boilerplate_listing(tmp_path):
+    feed = tmp_path / "pages.jsonl"
+    feed.write_bytes(b"".join(encode_event(page(i)) + b"\n" for i in range(30)))
+    state = tmp_path / "state"
+    runner = CliRunner()
+    env = {"STREAMDEDUP_BOILERPLATE_MIN_DOCS": "10"}
+    assert (
+        runner.invoke(
+            app, ["run", str(feed), "--state", str(state), "--out", str(tmp_path / "o")], env=env
+        ).exit_code
+        == 0
+    )
+    result = runner.invoke(app, ["boilerplate", "--state", str(state), "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["handbook"]["documents"] == 30
+    expected = [line.lower() for line in (HEADER + "\n" + FOOTER).split("\n")]
+    assert sorted(line["text"] for line in data["handbook"]["lines"]) == sorted(expected)
+    assert {line["documents"] for line in data["handbook"]["lines"]} == {30}
+    tables = runner.invoke(app, ["boilerplate", "--state", str(state), "--collection", "handbook"], env=env)
+    assert tables.exit_code == 0 and "30 documents, 4 boilerplate lines" in " ".join(tables.output.split())
