@@ -42,7 +42,7 @@ class Engine:
     def __init__(self, params: EngineParams) -> None:
         self.params = params
         self.policy = CanonicalPolicy(params.canonical_policy)
-        self.scheme = SignatureScheme(params.num_perm, params.seed)
+        self.scheme = SignatureScheme(params.num_perm, params.seed, params.shingle_size)
         self.stages: dict[str, StageHandler] = {
             "source": SourceStage(self),
             "content": ContentStage(self),

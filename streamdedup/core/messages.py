@@ -110,12 +110,11 @@ class BandLeave(msgspec.Struct, frozen=True, tag="leave", tag_field="op"):
 
 
 class BandAck(msgspec.Struct, frozen=True, tag="ack", tag_field="op"):
-    """Band → content: the other contents in the bucket (near-duplicate candidates)."""
+    """Band → content: for each band the content joined, the other contents in its bucket (candidates)."""
 
     content_hash: str
-    band_key: str
     epoch: int
-    members: tuple[str, ...]
+    bands: tuple[tuple[str, tuple[str, ...]], ...]  # (band key, other members)
 
 
 class VerifyRequest(msgspec.Struct, frozen=True, tag="verify", tag_field="op"):
@@ -193,14 +192,25 @@ class Output(msgspec.Struct, frozen=True):
     value: dict[str, Any] | None
 
 
+_ROUTES: dict[type, tuple[str, str]] = {
+    UpsertEvent: ("source", "source_id"),
+    DeleteEvent: ("source", "source_id"),
+    AclEvent: ("source", "source_id"),
+    ContentStatus: ("source", "source_id"),
+    LineUpdate: ("collection", "collection"),
+    BandJoin: ("band", "band_key"),
+    BandLeave: ("band", "band_key"),
+    RefUpdate: ("content", "content_hash"),
+    BandAck: ("content", "content_hash"),
+    VerifyRequest: ("content", "content_hash"),
+    VerifyResult: ("content", "content_hash"),
+    NeighborUpdate: ("content", "content_hash"),
+}
+
+
 def route(message: Message) -> tuple[str, str]:
     """Return the stage that handles ``message`` and the key it is partitioned by (:data:`BROADCAST`: all)."""
-    if isinstance(message, (UpsertEvent, DeleteEvent, AclEvent, ContentStatus)):
-        return "source", message.source_id
     if isinstance(message, BoilerplateUpdate):
         return "source", BROADCAST
-    if isinstance(message, LineUpdate):
-        return "collection", message.collection
-    if isinstance(message, (BandJoin, BandLeave)):
-        return "band", message.band_key
-    return "content", message.content_hash
+    stage, attribute = _ROUTES[type(message)]
+    return stage, getattr(message, attribute)

@@ -5,6 +5,7 @@ These are frozen msgspec structs: typed, slotted, and encodable to JSON or Messa
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -99,6 +100,7 @@ def covered(readers: tuple[str, ...], by: tuple[str, ...]) -> bool:
     return set(readers) <= set(by)
 
 
+@functools.lru_cache(maxsize=65536)
 def format_timestamp(micros: int) -> str:
     """Render microseconds since the epoch as an RFC 3339 UTC timestamp."""
     moment = datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc).replace(

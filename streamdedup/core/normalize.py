@@ -15,39 +15,29 @@ from __future__ import annotations
 import hashlib
 import unicodedata
 
+import regex
+
 __all__ = ["content_hash", "normalize", "words"]
 
-
-def _is_punctuation(char: str) -> bool:
-    return unicodedata.category(char)[0] == "P"
-
-
-def _strip_edges(token: str) -> str:
-    start, end = 0, len(token)
-    while start < end and _is_punctuation(token[start]):
-        start += 1
-    while end > start and _is_punctuation(token[end - 1]):
-        end -= 1
-    return token[start:end]
+# A run of Unicode punctuation at the start or the end of a word, in text whose words are separated by one space.
+_EDGE_PUNCTUATION = regex.compile(r"(?:(?<=^| )\p{P}+)|(?:\p{P}+(?= |$))")
 
 
 def _fold(text: str) -> str:
+    if text.isascii():
+        return text.lower()  # NFKC leaves ASCII alone, and casefold is lower() there
     # casefold can leave strings that NFKC changes again (and the reverse), so fold until stable.
-    previous = None
-    while previous != text:
-        previous = text
+    text = unicodedata.normalize("NFKC", text).casefold()
+    while not unicodedata.is_normalized("NFKC", text):
         text = unicodedata.normalize("NFKC", text).casefold()
     return text
 
 
 def words(text: str) -> list[str]:
-    """Return the normalized words of ``text``: folded, split on whitespace, edge punctuation removed."""
-    out = []
-    for raw in _fold(text).split():
-        token = _strip_edges(raw)
-        if token:
-            out.append(token)
-    return out
+    """Return the normalized words of ``text``: folded, edge punctuation removed, split on whitespace."""
+    spaced = " ".join(_fold(text).split())  # str.split's notion of whitespace, wider than the regex's \s
+    stripped: str = _EDGE_PUNCTUATION.sub("", spaced)
+    return stripped.split()
 
 
 def normalize(text: str) -> str:

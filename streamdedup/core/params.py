@@ -30,7 +30,7 @@ __all__ = [
 POLICY_CRITERIA = ("authority", "modified_at", "length", "source_id")
 
 #: Version of the state layout and of the normalization and shingle-hash functions.
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 
 
 def candidate_probability(jaccard: float, bands: int, rows: int) -> float:

@@ -36,19 +36,13 @@ class CanonicalPolicy:
 
     def __init__(self, criteria: Iterable[str]) -> None:
         self.criteria = tuple(criteria)
-
-    def _component(self, rank: Rank, criterion: str) -> Any:
-        if criterion == "authority":
-            return -rank.authority
-        if criterion == "modified_at":
-            return -rank.modified_at
-        if criterion == "length":
-            return -rank.length
-        return rank.source_id
+        self._getters = [_GETTERS[c] for c in self.criteria]
+        # Sort keys of a source position (the length is the same for every position of a content).
+        self._ref_getters = [_REF_GETTERS[c] for c in self.criteria if c != "length"]
 
     def sort_key(self, rank: Rank) -> tuple[Any, ...]:
         """Return a key under which the better rank sorts first."""
-        return (*(self._component(rank, c) for c in self.criteria), rank.content_hash)
+        return (*(get(rank) for get in self._getters), rank.content_hash)
 
     def better(self, a: Rank, b: Rank) -> bool:
         """Return whether ``a`` wins the canonical choice over ``b``."""
@@ -57,21 +51,35 @@ class CanonicalPolicy:
     def reason(self, winner: Rank, loser: Rank) -> str:
         """Name the first criterion that decides between two ranks."""
         for criterion in self.criteria:
-            if self._component(winner, criterion) != self._component(loser, criterion):
+            get = _GETTERS[criterion]
+            if get(winner) != get(loser):
                 return _REASONS[criterion]
         return "lower content hash"
 
     def best_ref(self, refs: Iterable[RefKey]) -> tuple[str, int, SourceAttrs]:
         """Return the source position whose attributes the policy prefers (position breaks the last tie)."""
-
-        def key(ref: RefKey) -> tuple[Any, ...]:
-            source_id, position, attrs = ref
-            rank = Rank(attrs.authority, attrs.modified_at, 0, source_id, "")
-            return (*self.sort_key(rank), position)
-
-        return min(refs, key=key)
+        getters = self._ref_getters
+        return min(refs, key=lambda ref: (*(get(ref) for get in getters), ref[1]))
 
     def rank(self, content_hash: str, length: int, refs: Iterable[RefKey]) -> Rank:
         """Return the rank of a content from its best source position."""
-        source_id, _, attrs = self.best_ref(refs)
+        return self.rank_of(content_hash, length, self.best_ref(refs))
+
+    @staticmethod
+    def rank_of(content_hash: str, length: int, best: RefKey) -> Rank:
+        """Return the rank of a content whose best source position is ``best``."""
+        source_id, _, attrs = best
         return Rank(attrs.authority, attrs.modified_at, length, source_id, content_hash)
+
+
+_GETTERS: dict[str, Any] = {
+    "authority": lambda r: -r.authority,
+    "modified_at": lambda r: -r.modified_at,
+    "length": lambda r: -r.length,
+    "source_id": lambda r: r.source_id,
+}
+_REF_GETTERS: dict[str, Any] = {
+    "authority": lambda ref: -ref[2].authority,
+    "modified_at": lambda ref: -ref[2].modified_at,
+    "source_id": lambda ref: ref[0],
+}

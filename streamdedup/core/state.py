@@ -15,8 +15,8 @@ from streamdedup.core.messages import ContentStatus, Info, MemberReport
 from streamdedup.core.model import SourceAttrs
 
 __all__ = [
-    "BandRecord",
     "BoilerplateSnapshot",
+    "BulkPartitionState",
     "CollectionMember",
     "CollectionRecord",
     "ContentRecord",
@@ -43,6 +43,14 @@ class PartitionState(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove ``key``."""
+        ...
+
+
+class BulkPartitionState(PartitionState, Protocol):
+    """A partition state that can also read many keys in one call."""
+
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        """Return the stored values of ``keys``, in order (None where absent)."""
         ...
 
 
@@ -159,17 +167,10 @@ class ContentRecord(msgspec.Struct, kw_only=True):
         return out
 
 
-class BandRecord(msgspec.Struct, kw_only=True):
-    """State of the ``band`` stage for one LSH bucket: content hash → the epoch it joined under."""
-
-    members: dict[str, int] = msgspec.field(default_factory=dict)
-
-
 R = TypeVar(
     "R",
     SourceRecord,
     ContentRecord,
-    BandRecord,
     BoilerplateSnapshot,
     CollectionRecord,
     LineRecord,
@@ -187,6 +188,16 @@ class Table(Generic[R]):
         self._encoder = msgspec.msgpack.Encoder()
         self._cache: dict[str, R | None] = {}
         self._dirty: set[str] = set()
+
+    def prefetch(self, keys: list[str]) -> None:
+        """Decode the records of ``keys`` ahead of use, with one bulk read where the state supports it."""
+        wanted = [k for k in keys if k not in self._cache]
+        if not wanted:
+            return
+        get_many = getattr(self._state, "get_many", None)
+        raws = get_many(wanted) if get_many is not None else [self._state.get(k) for k in wanted]
+        for key, raw in zip(wanted, raws, strict=True):
+            self._cache[key] = None if raw is None else self._decoder.decode(raw)
 
     def get(self, key: str) -> R | None:
         """Return the record for ``key``, or None."""

@@ -35,6 +35,10 @@ class Store(Protocol):
         """Return the value of ``key`` in a stage partition, or None."""
         ...
 
+    def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
+        """Return the values of many keys of a stage partition, in order."""
+        ...
+
     def get_meta(self, key: str) -> bytes | None:
         """Return a metadata value, or None."""
         ...
@@ -59,6 +63,9 @@ class _PartitionView:
     def get(self, key: str) -> bytes | None:
         return self._txn.read(self._stage, self._partition, key)
 
+    def get_many(self, keys: list[str]) -> list[bytes | None]:
+        return self._txn.read_many(self._stage, self._partition, keys)
+
     def put(self, key: str, value: bytes) -> None:
         self._txn.changes[(self._stage, self._partition, key)] = value
 
@@ -80,6 +87,19 @@ class Transaction:
         if address in self.changes:
             return self.changes[address]
         return self._store.get(stage, partition, key)
+
+    def read_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
+        """Return the values of many keys as this transaction sees them, with one store read for the rest."""
+        changes = self.changes
+        missing = [k for k in keys if (stage, partition, k) not in changes]
+        stored = (
+            dict(zip(missing, self._store.get_many(stage, partition, missing), strict=True))
+            if missing
+            else {}
+        )
+        return [
+            changes[(stage, partition, k)] if (stage, partition, k) in changes else stored[k] for k in keys
+        ]
 
     def partition(self, stage: str, partition: int) -> _PartitionView:
         """Return the state one handler call sees."""

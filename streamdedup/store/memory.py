@@ -23,6 +23,11 @@ class MemoryStore:
         self._check()
         return self._data.get((stage, partition, key))
 
+    def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
+        """Return the values of many keys of a stage partition, in order."""
+        self._check()
+        return [self._data.get((stage, partition, key)) for key in keys]
+
     def get_meta(self, key: str) -> bytes | None:
         """Return a metadata value, or None."""
         self._check()

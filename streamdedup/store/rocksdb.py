@@ -55,6 +55,11 @@ class RocksDBStore:
         value = self._family(stage).get(_address(partition, key))
         return None if value is None else bytes(value)
 
+    def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
+        """Return the values of many keys of a stage partition, in order, with one multi-get."""
+        values: list[bytes | None] = self._family(stage).get([_address(partition, key) for key in keys]) or []
+        return [None if v is None else bytes(v) for v in values]
+
     def get_meta(self, key: str) -> bytes | None:
         """Return a metadata value, or None."""
         value = self._family(_META).get(key.encode("utf-8"))

@@ -23,7 +23,7 @@ from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent, Rank, Sour
 from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.records import chunk_value, mapping_value, review_key
-from streamdedup.core.shingles import jaccard_of_sets, shingle_set, shingles
+from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.core.stages.source import document_chunks
 from streamdedup.core.state import MappingEntry, SourceRecord
 
@@ -138,12 +138,11 @@ class Reference:
         for content_hash, content_refs in refs.items():
             content_refs.sort(key=lambda r: (r[0], r[1]))
             norm = norms[content_hash]
-            shingle_list = shingles(norm, params.shingle_size)
-            long = len(set(shingle_list)) >= params.min_shingles
+            signatures, distinct = self.engine.scheme.signatures([norm])
+            long = bool(distinct[0] >= params.min_shingles)
             keys: list[str] = []
             if long:
-                signature = self.engine.scheme.signatures([shingle_list])[0]
-                keys = self.engine.scheme.band_keys(signature, params.bands, params.rows)
+                keys = self.engine.scheme.band_keys(signatures[0], params.bands, params.rows)
             contents[content_hash] = _Content(
                 norm=norm,
                 refs=content_refs,

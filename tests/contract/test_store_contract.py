@@ -38,6 +38,17 @@ def test_get_returns_what_commit_wrote(make_store):
     assert store.get_meta("m") == b"1"
 
 
+def test_get_many_reads_several_keys_in_order(make_store):
+    store = make_store()
+    store.commit({("content", 1, "a"): b"1", ("content", 1, "c"): b"3"}, {})
+    assert store.get_many("content", 1, ["c", "b", "a"]) == [b"3", None, b"1"]
+    txn = Transaction(store)
+    view = txn.partition("content", 1)
+    view.put("b", b"2")
+    view.delete("c")
+    assert view.get_many(["a", "b", "c"]) == [b"1", b"2", None]
+
+
 def test_delete_and_overwrite(make_store):
     store = make_store()
     store.commit({("band", 1, "k"): b"a"}, {})

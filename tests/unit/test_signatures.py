@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 from streamdedup.core.normalize import normalize
 from streamdedup.core.shingles import jaccard, jaccard_of_sets, shingle_set, shingles
-from streamdedup.core.signatures import SignatureScheme, estimate_jaccard
+from streamdedup.core.signatures import SignatureScheme, estimate_jaccard, shingle_hash32
 
-SCHEME = SignatureScheme(num_perm=128, seed=1)
+SCHEME = SignatureScheme(num_perm=128, seed=1, shingle_size=5)
 WORDS = st.sampled_from("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi".split())
 
 
@@ -23,20 +23,27 @@ def test_exact_jaccard():
     assert jaccard("a b c d e f g", "a b c d e f h", 5) == pytest.approx(2 / 4)
 
 
-@given(st.lists(st.lists(WORDS, min_size=1, max_size=40), min_size=1, max_size=5))
+# Normalized text separates words by single spaces and holds no other whitespace.
+TEXT_WORDS = st.text(
+    alphabet=st.characters(exclude_categories=["Cs", "Zs", "Zl", "Zp", "Cc"]), min_size=1, max_size=8
+).filter(lambda w: not any(c.isspace() for c in w))
+
+
+@given(st.lists(st.lists(st.one_of(WORDS, TEXT_WORDS), min_size=0, max_size=40), min_size=1, max_size=5))
 def test_batch_signatures_equal_datasketch_minhash(texts):
-    lists = [shingles(" ".join(t), 5) for t in texts]
-    batch = SCHEME.signatures(lists)
-    for shingle_list, row in zip(lists, batch, strict=True):
-        reference = MinHash(num_perm=128, seed=1)
-        for shingle in shingle_list:
+    normalized = [" ".join(t) for t in texts]
+    batch, distinct = SCHEME.signatures(normalized)
+    for text, row, count in zip(normalized, batch, distinct, strict=True):
+        reference = MinHash(num_perm=128, seed=1, hashfunc=shingle_hash32)
+        for shingle in shingles(text, 5):
             reference.update(shingle.encode("utf-8"))
         assert np.array_equal(reference.hashvalues, row)
+        assert count == len(set(shingles(text, 5)))
 
 
 @given(st.lists(WORDS, min_size=1, max_size=60))
 def test_signature_round_trips_through_bytes(words):
-    signature = SCHEME.signatures([shingles(" ".join(words), 5)])[0]
+    signature = SCHEME.signatures([" ".join(words)])[0][0]
     data = SCHEME.to_bytes(signature)
     assert len(data) == SCHEME.byte_size
     assert np.array_equal(SCHEME.from_bytes(data), signature)
@@ -47,7 +54,7 @@ def test_signature_round_trips_through_bytes(words):
 
 def test_bytes_of_another_scheme_are_refused():
     other = SignatureScheme(num_perm=64, seed=2)
-    data = other.to_bytes(other.signatures([["a b c"]])[0])
+    data = other.to_bytes(other.signatures(["a b c"])[0][0])
     with pytest.raises(ValueError, match="seed and permutation count"):
         SCHEME.from_bytes(data)
 
@@ -59,7 +66,7 @@ def test_jaccard_estimate_is_within_tolerance_of_exact(words, edits, rnd):
     for _ in range(edits):
         changed[rnd.randrange(len(changed))] = rnd.choice(["omega", "psi", "chi", "phi"])
     other = normalize(" ".join(changed))
-    a, b = SCHEME.signatures([shingles(base, 5), shingles(other, 5)])
+    a, b = SCHEME.signatures([base, other])[0]
     exact = jaccard_of_sets(shingle_set(base, 5), shingle_set(other, 5))
     # 128 permutations: standard error sqrt(J(1-J)/128) <= 0.045; five standard errors bound a flaky tail.
     assert abs(estimate_jaccard(a, b) - exact) <= 0.23
@@ -75,13 +82,13 @@ def test_mean_estimate_error_is_small_over_many_pairs():
         words = [rnd.choice(vocabulary) for _ in range(rnd.randint(40, 200))]
         changed = [rnd.choice(vocabulary) if rnd.random() < 0.05 else w for w in words]
         a, b = " ".join(words), " ".join(changed)
-        sa, sb = SCHEME.signatures([shingles(a, 5), shingles(b, 5)])
+        sa, sb = SCHEME.signatures([a, b])[0]
         errors.append(abs(estimate_jaccard(sa, sb) - jaccard(a, b, 5)))
     assert sum(errors) / len(errors) < 0.04
 
 
 def test_band_keys_are_deterministic_and_per_band():
-    signature = SCHEME.signatures([shingles("one two three four five six seven", 5)])[0]
+    signature = SCHEME.signatures(["one two three four five six seven"])[0][0]
     keys = SCHEME.band_keys(signature, 21, 6)
     assert keys == SCHEME.band_keys(signature.copy(), 21, 6)
     assert len(set(keys)) == 21 and all(k.startswith(f"{i:03d}") for i, k in enumerate(keys))

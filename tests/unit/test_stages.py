@@ -40,16 +40,22 @@ def test_acl_event_resends_positions_with_new_readers(engine):
     assert {m.norm for m in out if isinstance(m, RefUpdate)} == {"a", "b"}
 
 
+H1, H2, H3, H9 = ("1" * 64, "2" * 64, "3" * 64, "9" * 64)
+
+
 def test_band_stage_answers_joins_with_the_other_members(engine):
     txn = Transaction(MemoryStore())
-    assert _handle(engine, "band", [BandJoin("k", "h1", 1)], txn) == [BandAck("h1", "k", 1, ())]
-    assert _handle(engine, "band", [BandJoin("k", "h2", 1)], txn) == [BandAck("h2", "k", 1, ("h1",))]
+    assert _handle(engine, "band", [BandJoin("k", H1, 1)], txn) == [BandAck(H1, 1, (("k", ()),))]
+    assert _handle(engine, "band", [BandJoin("k", H2, 1)], txn) == [BandAck(H2, 1, (("k", (H1,)),))]
     # a duplicate join is answered again and changes nothing
-    assert _handle(engine, "band", [BandJoin("k", "h2", 1)], txn) == [BandAck("h2", "k", 1, ("h1",))]
+    assert _handle(engine, "band", [BandJoin("k", H2, 1)], txn) == [BandAck(H2, 1, (("k", (H1,)),))]
     # a stale leave (older epoch than the join) does not remove the member
-    _handle(engine, "band", [BandJoin("k", "h1", 3), BandLeave("k", "h1", 2)], txn)
-    assert _handle(engine, "band", [BandJoin("k", "h3", 1)], txn)[0].members == ("h1", "h2")
-    _handle(engine, "band", [BandLeave("k", "h1", 3), BandLeave("k", "h2", 1), BandLeave("k", "h3", 1)], txn)
+    _handle(engine, "band", [BandJoin("k", H1, 3), BandLeave("k", H1, 2)], txn)
+    assert _handle(engine, "band", [BandJoin("k", H3, 1)], txn)[0].bands == (("k", (H1, H2)),)
+    # the joins of one content in one batch get one answer for all their bands
+    (ack,) = _handle(engine, "band", [BandJoin("x", H9, 1), BandJoin("y", H9, 1)], txn)
+    assert ack.bands == (("x", ()), ("y", ()))
+    _handle(engine, "band", [BandLeave("k", H1, 3), BandLeave("k", H2, 1), BandLeave("k", H3, 1)], txn)
     assert txn.read("band", 0, "k") is None
 
 
@@ -61,7 +67,7 @@ def test_content_stage_decides_after_discovery(engine):
     joins = [m for m in out if isinstance(m, BandJoin)]
     assert len(joins) == engine.params.bands
     assert not [m for m in out if isinstance(m, Output)]  # nothing is emitted before discovery completes
-    acks = [BandAck("h", j.band_key, j.epoch, ()) for j in joins]
+    acks = [BandAck("h", joins[0].epoch, tuple((j.band_key, ()) for j in joins))]
     out = _handle(engine, "content", acks, txn)
     chunks = [m for m in out if isinstance(m, Output) and m.topic == "canonical-chunks"]
     assert len(chunks) == 1 and chunks[0].key == "h" and chunks[0].value["revision"] == 1

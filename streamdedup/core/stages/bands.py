@@ -2,6 +2,9 @@
 
 A joining content is answered with everyone else in the bucket: its near-duplicate candidates. Of two contents
 that share a bucket, whichever joins second hears of the first, so every colliding pair is found in any order.
+
+A bucket is stored as fixed-width entries, 32 bytes of content hash and 4 bytes of epoch each: most buckets
+hold one content, and every new content touches one bucket per band, so this stage avoids any per-entry parsing.
 """
 
 from __future__ import annotations
@@ -10,12 +13,29 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from streamdedup.core.messages import BandAck, BandJoin, BandLeave, Message, Output
-from streamdedup.core.state import BandRecord, PartitionState, Table
+from streamdedup.core.state import PartitionState
 
 if TYPE_CHECKING:
     from streamdedup.core.engine import Engine
 
-__all__ = ["BandStage"]
+__all__ = ["BandStage", "decode_bucket", "encode_bucket"]
+
+_ENTRY = 36
+
+
+def decode_bucket(raw: bytes | None) -> dict[str, int]:
+    """Return the members of a stored bucket: content hash -> epoch it joined under."""
+    if not raw:
+        return {}
+    return {
+        raw[i : i + 32].hex(): int.from_bytes(raw[i + 32 : i + _ENTRY], "big")
+        for i in range(0, len(raw), _ENTRY)
+    }
+
+
+def encode_bucket(members: dict[str, int]) -> bytes:
+    """Serialize a bucket's members, sorted by content hash."""
+    return b"".join(bytes.fromhex(h) + epoch.to_bytes(4, "big") for h, epoch in sorted(members.items()))
 
 
 class BandStage:
@@ -28,29 +48,38 @@ class BandStage:
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of joins and leaves for one partition; answer every join."""
-        table = Table(state, BandRecord)
-        out: list[Message | Output] = []
+        keys = list(dict.fromkeys(m.band_key for m in messages if isinstance(m, (BandJoin, BandLeave))))
+        get_many = getattr(state, "get_many", None)
+        raws = get_many(keys) if get_many is not None else [state.get(k) for k in keys]
+        buckets = {key: decode_bucket(raw) for key, raw in zip(keys, raws, strict=True)}
+        changed: set[str] = set()
+        # One answer per joining content (and epoch) for all the bands it joined in this batch.
+        answers: dict[tuple[str, int], list[tuple[str, tuple[str, ...]]]] = {}
         for message in messages:
             if isinstance(message, BandJoin):
-                record = table.get_or_new(message.band_key)
-                known = record.members.get(message.content_hash)
+                members = buckets[message.band_key]
+                known = members.get(message.content_hash)
                 if known is None or known < message.epoch:
-                    record.members[message.content_hash] = message.epoch
-                    table.mark(message.band_key)
-                others = tuple(sorted(h for h in record.members if h != message.content_hash))
-                out.append(BandAck(message.content_hash, message.band_key, message.epoch, others))
+                    members[message.content_hash] = message.epoch
+                    changed.add(message.band_key)
+                others = tuple(sorted(h for h in members if h != message.content_hash))
+                answers.setdefault((message.content_hash, message.epoch), []).append(
+                    (message.band_key, others)
+                )
             elif isinstance(message, BandLeave):
-                found = table.get(message.band_key)
-                if found is None:
-                    continue
-                known = found.members.get(message.content_hash)
+                members = buckets[message.band_key]
+                known = members.get(message.content_hash)
                 if known is not None and known <= message.epoch:
-                    del found.members[message.content_hash]
-                    if found.members:
-                        table.mark(message.band_key)
-                    else:
-                        table.delete(message.band_key)
+                    del members[message.content_hash]
+                    changed.add(message.band_key)
             else:  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"band stage cannot handle {type(message).__name__}")
-        table.flush()
-        return out
+        for key in sorted(changed):
+            members = buckets[key]
+            if members:
+                state.put(key, encode_bucket(members))
+            else:
+                state.delete(key)
+        return [
+            BandAck(content_hash, epoch, tuple(bands)) for (content_hash, epoch), bands in answers.items()
+        ]

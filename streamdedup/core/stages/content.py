@@ -41,7 +41,7 @@ from streamdedup.core.messages import (
 )
 from streamdedup.core.model import Rank, SourceAttrs, union_readers
 from streamdedup.core.records import audit_value, chunk_value, review_key, review_value
-from streamdedup.core.shingles import jaccard_of_sets, shingle_set, shingles
+from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.core.state import ContentRecord, NeighborEntry, PartitionState, RefEntry, Table
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ class ContentStage:
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of messages for one partition and emit what follows from them."""
         table = Table(state, ContentRecord)
+        table.prefetch(list(dict.fromkeys(m.content_hash for m in messages)))  # type: ignore[union-attr]
         out: list[Message | Output] = []
         works: dict[str, _Work] = {}
         for message in messages:
@@ -113,17 +114,20 @@ class ContentStage:
         if isinstance(message, RefUpdate):
             self._apply_ref(work, message, out)
         elif isinstance(message, BandAck):
-            if message.epoch != record.epoch or message.band_key not in record.pending_bands:
+            if message.epoch != record.epoch:
                 return
-            record.pending_bands.remove(message.band_key)
-            for other in message.members:
-                if (
-                    other != work.key
-                    and other not in record.checked
-                    and other not in record.neighbors
-                    and other not in work.to_verify
-                ):
-                    work.to_verify.append(other)
+            for band_key, members in message.bands:
+                if band_key not in record.pending_bands:
+                    continue  # a duplicate answer
+                record.pending_bands.remove(band_key)
+                for other in members:
+                    if (
+                        other != work.key
+                        and other not in record.checked
+                        and other not in record.neighbors
+                        and other not in work.to_verify
+                    ):
+                        work.to_verify.append(other)
         elif isinstance(message, VerifyRequest):
             self._apply_verify_request(work, message, out)
         elif isinstance(message, VerifyResult):
@@ -258,15 +262,12 @@ class ContentStage:
         return scheme.band_keys(signature, self._params.bands, self._params.rows)
 
     def _start_discovery(self, born: list[_Work], out: list[Message | Output]) -> None:
-        size = self._params.shingle_size
-        shingle_lists = [shingles(w.record.norm, size) for w in born]
-        minimum = self._params.min_shingles
-        indexed = [(w, s) for w, s in zip(born, shingle_lists, strict=True) if len(set(s)) >= minimum]
-        if not indexed:
-            return
         scheme = self._engine.scheme
-        signatures = scheme.signatures([s for _, s in indexed])
-        for (work, _), signature in zip(indexed, signatures, strict=True):
+        signatures, distinct = scheme.signatures([w.record.norm for w in born])
+        minimum = self._params.min_shingles
+        for work, signature, count in zip(born, signatures, distinct, strict=True):
+            if count < minimum:
+                continue  # too short for near matching: exact copies only
             record = work.record
             record.signature = scheme.to_bytes(signature)
             record.indexed = True
@@ -289,13 +290,14 @@ class ContentStage:
             self._remember(work, other, similarity, info)
         refs = record.live_refs()
         ref_keys = [(s, p, a) for s, p, a, _ in refs]
-        rank = self._policy.rank(key, len(record.norm), ref_keys)
+        best = self._policy.best_ref(ref_keys)
+        rank = self._policy.rank_of(key, len(record.norm), best)
         readers = union_readers([a.acl for _, _, a, _ in refs])
         record.pending_verify.extend(work.to_verify)
         record.checked.extend(work.to_verify)
         if not record.pending_bands and not record.pending_verify:
             self._decide(work, rank, readers, out)
-        canonical_ref = self._policy.best_ref(ref_keys)[:2] if record.role == "canonical" else None
+        canonical_ref = (best[0], best[1]) if record.role == "canonical" else None
         record.canonical_ref = canonical_ref
         if canonical_ref is not None and work.was_role == "canonical" and work.was_ref != canonical_ref:
             out.append(self._source_swap(key, work.was_ref, canonical_ref, ref_keys))

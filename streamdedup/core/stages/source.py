@@ -67,6 +67,8 @@ class SourceStage:
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of input events, content statuses and boilerplate lists for one partition."""
         table = Table(state, SourceRecord)
+        keyed = (UpsertEvent, DeleteEvent, AclEvent, ContentStatus)
+        table.prefetch(list(dict.fromkeys(m.source_id for m in messages if isinstance(m, keyed))))
         snapshots = Table(state, BoilerplateSnapshot)
         out: list[Message | Output] = []
         touched: dict[str, None] = {}
