@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup example test check lint clean
+.PHONY: setup example test lint clean bench bench-signatures bench-engine bench-streaming bench-state
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +27,25 @@ test: lint $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check streamdedup tests examples
-	$(BIN)/ruff format --check streamdedup tests examples
+	$(BIN)/ruff check streamdedup tests examples benchmarks
+	$(BIN)/ruff format --check streamdedup tests examples benchmarks
 	$(BIN)/mypy
+
+## Benchmarks (never part of `make test`); each rewrites docs/benchmarks.md.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench-signatures: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.signatures
+bench-engine: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.engine
+bench-streaming: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.streaming
+bench-state: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.state
+bench: bench-signatures bench-engine bench-streaming bench-state
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis

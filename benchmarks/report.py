@@ -9,7 +9,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -109,7 +109,124 @@ def _signatures(lines: list[str]) -> None:
     ]
 
 
-SECTIONS = [("Signatures", _signatures)]
+def _engine(lines: list[str]) -> None:
+    result = _load("engine")
+    if result is None:
+        lines.append("_Not run yet: `python -m benchmarks.engine`._\n")
+        return
+    django, growth = result["django"], result["growth"]
+    windows = growth["windows"]
+    xs = [w["chunks"] / 1000 for w in windows]
+    _line(PLOTS / "engine-growth.png", xs, {
+        "throughput / first window": [w["chunks_per_second"] / windows[0]["chunks_per_second"] for w in windows],
+        "RSS / first window": [w["rss_bytes"] / windows[0]["rss_bytes"] for w in windows],
+    }, "Embedded engine as the state grows", "chunk positions in the state (thousands)")  # fmt: skip
+    ratio = django["ratio_to_signatures"]
+    throughput = growth["throughput_ratio_end_to_start"]
+    memory = growth["rss_ratio_end_to_start"]
+    lines += [
+        f"Machine: {_machine(result)}. Command: `{result['command']}`.\n",
+        f"**Django docs** ({django['files']:,} files of five releases, {django['chunks']:,} chunks, "
+        f"{django['exact']:,} exact and {django['near']:,} near copies, {django['canonical']:,} canonical chunks), "
+        "embedded runner, RocksDB state, batches of 256 documents:\n",
+        "| | chunks/s | ratio |",
+        "|---|---:|---:|",
+        f"| signatures alone, same chunks (baseline) | {django['signature_chunks_per_second']:,.0f} | 1.00 |",
+        f"| engine end to end | {django['chunks_per_second']:,.0f} | {ratio:.4f} |",
+        "",
+        f"**Growth** to {windows[-1]['chunks']:,} chunk positions ({growth['canonical']:,} canonical chunks, "
+        f"{growth['exact']:,} exact and {growth['near']:,} near copies; {growth['disk_bytes'] / 2**20:,.0f} MiB on "
+        "disk):\n",
+        "| chunks in state | chunks/s | ratio to first window | RSS (MiB) | ratio to first window |",
+        "|---:|---:|---:|---:|---:|",
+        *(
+            f"| {w['chunks']:,} | {w['chunks_per_second']:,.0f} | "
+            f"{w['chunks_per_second'] / windows[0]['chunks_per_second']:.2f} | {w['rss_bytes'] / 2**20:,.0f} | "
+            f"{w['rss_bytes'] / windows[0]['rss_bytes']:.2f} |"
+            for w in windows
+        ),
+        "",
+        "![growth](benchmarks/engine-growth.png)\n",
+        f"- Target: at least 0.5 of signature-only throughput: {ratio:.4f}, {_check(ratio >= 0.5)}"
+        + ("" if ratio >= 0.5 else f" (by a factor of {0.5 / ratio:,.0f})")
+        + ".",
+        f"- Target: throughput at the largest state at least 0.7 of the start: {throughput:.2f}, "
+        f"{_check(throughput >= 0.7)}.",
+        f"- Target: resident memory not growing with the state: RSS x{memory:.2f} while the state grew "
+        f"x{growth['state_ratio_end_to_start']:.0f}, {_check(memory < 0.5 * growth['state_ratio_end_to_start'])}.",
+        "",
+    ]
+
+
+def _streaming(lines: list[str]) -> None:
+    result = _load("streaming")
+    if result is None:
+        lines.append("_Not run yet: `python -m benchmarks.streaming` (starts its own broker)._\n")
+        return
+    one, two, latency = result["one_worker"], result["two_workers"], result["latency_at_half_rate"]
+    passthrough = result["passthrough_chunks_per_second"]
+    labels = ["aiokafka passthrough", "streamdedup, 1 worker", "streamdedup, 2 workers"]
+    values = [1.0, one["chunks_per_second"] / passthrough, two["chunks_per_second"] / passthrough]
+    _bar(PLOTS / "streaming.png", labels, values, "Streaming: throughput / aiokafka passthrough",
+         "ratio to a plain consume-and-produce loop (same run, same broker)")  # fmt: skip
+    r1, r2 = result["ratio_one_worker_to_passthrough"], result["ratio_two_workers_to_one"]
+    lines += [
+        f"Machine: {_machine(result)}. Command: `{result['command']}`. Broker: Apache Kafka 4.4.0 (KRaft, one node,",
+        f"same machine). {result['documents']:,} documents of {result['chunks_per_document']} real Django chunks, "
+        f"{result['partitions']} partitions.\n",
+        "| | chunks/s | ratio to passthrough |",
+        "|---|---:|---:|",
+        f"| aiokafka consume-and-produce passthrough (baseline) | {passthrough:,.0f} | 1.00 |",
+        f"| streamdedup, 1 worker (produce to all stages committed) | {one['chunks_per_second']:,.0f} | {r1:.3f} |",
+        f"| streamdedup, 2 workers | {two['chunks_per_second']:,.0f} | {two['chunks_per_second'] / passthrough:.3f} |",
+        "",
+        "![streaming](benchmarks/streaming.png)\n",
+        f"Latency at half the one-worker rate ({latency['chunks_per_second']:,.0f} chunks/s, {latency['events']:,} "
+        f"documents): p50 {latency['p50_s'] * 1000:,.0f} ms, p99 {latency['p99_s'] * 1000:,.0f} ms from input to its "
+        "source mapping on the output topic.\n",
+        f"- Target: one worker at least 0.25 of the passthrough: {r1:.3f}, {_check(r1 >= 0.25)}"
+        + ("" if r1 >= 0.25 else f" (by a factor of {0.25 / r1:,.1f})")
+        + ".",
+        f"- Target: two workers at least 1.6x one: {r2:.2f}x, {_check(r2 >= 1.6)}.",
+        "",
+    ]
+
+
+def _state(lines: list[str]) -> None:
+    result = _load("state")
+    if result is None:
+        lines.append("_Not run yet: `python -m benchmarks.state` (starts its own broker)._\n")
+        return
+    embedded, kafka = result["embedded"], result["kafka"]
+    lines += [
+        f"Machine: {_machine(result)}. Command: `{result['command']}`.\n",
+        "| measure | value |",
+        "|---|---:|",
+        f"| unique chunks in the state (Django docs, five releases) | {embedded['unique_chunks']:,} |",
+        f"| bytes on disk per unique chunk (RocksDB, compacted) | {embedded['bytes_per_unique_chunk']:,.0f} |",
+        f"| of which chunk text kept in the records (uncompressed) | "
+        f"{embedded['text_bytes'] / embedded['unique_chunks']:,.0f} |",
+        f"| bytes per unique chunk without the stored text | {embedded['bytes_per_unique_chunk_without_text']:,.0f} |",
+        f"| embedded: reopen the state and process one event | {embedded['embedded_restart_seconds']:.2f} s |",
+        f"| worker: first run over {kafka['documents']:,} documents | {kafka['first_run_seconds']:.1f} s |",
+        f"| worker: restart with local state, until one new event is processed | "
+        f"{kafka['restart_kept_seconds']:.1f} s |",
+        "| worker: restart with the state rebuilt from the changelogs, same | "
+        f"{kafka['restart_rebuilt_seconds']:.1f} s |",
+        "",
+        "Text dominates the state: the original and the normalized text of every content are kept (the content needs",
+        "its normalized text to verify candidates, and the canonical chunk carries its original text), and the",
+        "sources keep their chunk texts to re-send them when an ACL changes.",
+        "",
+    ]
+
+
+SECTIONS = [
+    ("Signatures", _signatures),
+    ("Embedded engine", _engine),
+    ("Streaming on the broker", _streaming),
+    ("State", _state),
+]
 
 
 def write_report() -> Path:

@@ -19,10 +19,23 @@ __all__ = ["RocksDBStore"]
 _META = "meta"
 
 
-def _options() -> rocksdict.Options:
+_BLOCK_CACHE_BYTES = 256 * 1024 * 1024
+
+
+def _options(cache: rocksdict.Cache | None = None) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
+    options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    table = rocksdict.BlockBasedOptions()
+    # Most lookups are for keys that do not exist yet (a new content's LSH buckets, a new content hash): a Bloom
+    # filter answers those without reading any data block, however large the state grows.
+    table.set_bloom_filter(10, False)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    if cache is not None:
+        table.set_block_cache(cache)
+    options.set_block_based_table_factory(table)
     return options
 
 
@@ -37,8 +50,11 @@ class RocksDBStore:
         self.path = Path(path)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            families = {name: _options() for name in (*FAMILIES, _META)}
-            self._db = rocksdict.Rdict(str(self.path / "db"), options=_options(), column_families=families)
+            cache = rocksdict.Cache(_BLOCK_CACHE_BYTES)  # shared by every column family
+            families = {name: _options(cache) for name in (*FAMILIES, _META)}
+            self._db = rocksdict.Rdict(
+                str(self.path / "db"), options=_options(cache), column_families=families
+            )
         except Exception as exc:
             raise StateError(f"cannot open the state at {self.path}: {exc}") from exc
         self._families = {name: self._db.get_column_family(name) for name in (*FAMILIES, _META)}

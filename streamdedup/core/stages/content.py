@@ -420,11 +420,21 @@ class ContentStage:
     ) -> None:
         record, key = work.record, work.key
         chunk_id, relation, similarity, canonical_ref = status
-        record.sent_status = status
+        previous, record.sent_status = record.sent_status, status
         if not chunk_id:
             return
-        live = sorted(s for s, ref in record.refs.items() if ref.positions)
-        recipients = live if changed else sorted(s for s in work.answer_sources if s in live)
+        live = [s for s, ref in record.refs.items() if ref.positions]
+        if not changed:
+            recipients = sorted(
+                s for s in work.answer_sources if s in record.refs and record.refs[s].positions
+            )
+        elif previous is not None and previous[:3] == status[:3]:
+            # Only the canonical position moved: its old and new sources change relation, nobody else does (the
+            # rest still see a canonical position that is not theirs, so their copies stay "exact").
+            moved = {ref[0] for ref in (previous[3], canonical_ref) if ref is not None}
+            recipients = sorted(s for s in live if s in moved or s in work.answer_sources)
+        else:
+            recipients = sorted(live)
         for source_id in recipients:
             out.append(
                 ContentStatus(
