@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +32,25 @@ __all__ = [
 _PARTITION = 0  # the embedded runner keeps every stage in partition 0
 
 
-def inspect_command(
-    settings: Settings, state: Path, source: str | None, chunk: str | None, as_json: bool
-) -> None:
-    """Print the source or chunk as tables, or as JSON."""
+@contextmanager
+def _existing_state(settings: Settings, state: Path) -> Iterator[RocksDBStore]:
+    """Open a state directory written by ``run``, refusing one built under other parameters."""
     if not (state / "db").exists():
         raise StateError(f"no state at {state}; run 'streamdedup run' with --state {state} first")
     store = RocksDBStore(state)
     try:
         check_params(store, Engine(settings.engine_params()).params, where=str(state))
-        data = describe_source(store, source) if source is not None else describe_chunk(store, chunk or "")
+        yield store
     finally:
         store.close()
+
+
+def inspect_command(
+    settings: Settings, state: Path, source: str | None, chunk: str | None, as_json: bool
+) -> None:
+    """Print the source or chunk as tables, or as JSON."""
+    with _existing_state(settings, state) as store:
+        data = describe_source(store, source) if source is not None else describe_chunk(store, chunk or "")
     console = Console()
     if as_json:
         console.print_json(json.dumps(data))
@@ -173,14 +182,8 @@ def _short(text: str, limit: int = 60) -> str:
 
 def boilerplate_command(settings: Settings, state: Path, collection: str | None, as_json: bool) -> None:
     """Print each collection's learned boilerplate lines with the number of documents containing them."""
-    if not (state / "db").exists():
-        raise StateError(f"no state at {state}; run 'streamdedup run' with --state {state} first")
-    store = RocksDBStore(state)
-    try:
-        check_params(store, Engine(settings.engine_params()).params, where=str(state))
+    with _existing_state(settings, state) as store:
         data = describe_boilerplate(store, collection)
-    finally:
-        store.close()
     console = Console()
     if as_json:
         console.print_json(json.dumps(data))

@@ -17,6 +17,7 @@ from rich.progress import (
     DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
     TextColumn,
     TimeRemainingColumn,
 )
@@ -68,14 +69,7 @@ def run_command(
     if not source.is_dir():
         if watch:
             raise ConfigurationError("--watch needs a folder to watch, not a file")
-        progress = Progress(
-            TextColumn("[bold]dedup[/bold] {task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        )
+        progress = _progress(console, DownloadColumn())
         with _opened(settings, state, out) as (runner, sink), progress:
             task = progress.add_task(source.name, total=source.stat().st_size)
             report = run_file(
@@ -107,6 +101,17 @@ def run_command(
         console.print(f"outputs appended to {out}; state in {state}")
 
 
+def _progress(console: Console, done: ProgressColumn) -> Progress:
+    return Progress(
+        TextColumn("[bold]dedup[/bold] {task.description}"),
+        BarColumn(),
+        done,
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
+
+
 def _sync_folder(
     feed: FolderFeed,
     runner: EmbeddedRunner,
@@ -118,14 +123,7 @@ def _sync_folder(
     items = feed.sync()
     if not items:
         return 0
-    with Progress(
-        TextColumn("[bold]dedup[/bold] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
+    with _progress(console, MofNCompleteColumn()) as progress:
         task = progress.add_task(str(feed.root), total=len(items))
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]

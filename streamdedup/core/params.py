@@ -22,6 +22,7 @@ __all__ = [
     "EngineParams",
     "candidate_probability",
     "choose_bands",
+    "describe_mismatch",
     "false_positive_area",
 ]
 
@@ -31,6 +32,19 @@ POLICY_CRITERIA = ("authority", "modified_at", "length", "source_id")
 
 #: Version of the state layout and of the normalization and shingle-hash functions.
 STATE_FORMAT = 3
+
+
+def describe_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> str | None:
+    """Say how recorded parameters differ from wanted ones (None if they match), for a refusal message."""
+    if stored == wanted:
+        return None
+    if stored.get("format") != wanted["format"]:
+        return f"format {stored.get('format')} (this version reads format {wanted['format']})"
+    return ", ".join(
+        f"{name}={stored.get(name)!r} (settings say {wanted[name]!r})"
+        for name in sorted(wanted)
+        if stored.get(name) != wanted[name]
+    )
 
 
 def candidate_probability(jaccard: float, bands: int, rows: int) -> float:

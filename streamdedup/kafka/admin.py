@@ -14,6 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
 from streamdedup.core.messages import STAGES
+from streamdedup.core.params import describe_mismatch
 from streamdedup.core.view import OUTPUT_TOPICS
 from streamdedup.errors import ConfigurationError, StateMismatchError, StreamDedupError
 from streamdedup.kafka.topics import MAX_MESSAGE_BYTES, TopicNames, topic_config
@@ -205,12 +206,8 @@ async def check_engine_params(settings: Settings) -> None:
         finally:
             await producer.stop()
         return
-    if stored != wanted:
-        diffs = ", ".join(
-            f"{name}={stored.get(name)!r} (settings say {wanted[name]!r})"
-            for name in sorted(wanted)
-            if stored.get(name) != wanted[name]
-        )
+    diffs = describe_mismatch(stored, wanted)
+    if diffs is not None:
         raise StateMismatchError(
             f"the deployment with topic prefix {settings.topic_prefix!r} was built with {diffs}; "
             "use those settings or a new topic prefix"

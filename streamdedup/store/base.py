@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from streamdedup.core.messages import STAGES
-from streamdedup.core.params import EngineParams
+from streamdedup.core.params import EngineParams, describe_mismatch
 from streamdedup.errors import StateMismatchError
 
 __all__ = ["FAMILIES", "PARAMS_KEY", "VIEW_FAMILY", "Change", "Store", "Transaction", "check_params"]
@@ -119,18 +119,8 @@ def check_params(store: Store, params: EngineParams, *, where: str) -> None:
     if raw is None:
         store.commit({}, {PARAMS_KEY: json.dumps(wanted, sort_keys=True).encode()})
         return
-    stored = json.loads(raw)
-    if stored == wanted:
-        return
-    if stored.get("format") != wanted["format"]:
+    diffs = describe_mismatch(json.loads(raw), wanted)
+    if diffs is not None:
         raise StateMismatchError(
-            f"the state at {where} has format {stored.get('format')}, this version reads format {wanted['format']}"
+            f"the state at {where} was built with {diffs}; use those settings or a new state directory"
         )
-    diffs = ", ".join(
-        f"{name}={stored.get(name)!r} (settings say {wanted[name]!r})"
-        for name in sorted(wanted)
-        if stored.get(name) != wanted[name]
-    )
-    raise StateMismatchError(
-        f"the state at {where} was built with {diffs}; use those settings or a new state directory"
-    )
