@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup example test lint clean bench bench-signatures bench-engine bench-streaming bench-state
+.PHONY: setup example test lint clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,13 +39,15 @@ $(BENCH_STAMP): $(STAMP)
 
 bench-signatures: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.signatures
+bench-profile: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.profile
 bench-engine: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.engine
 bench-streaming: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.streaming
 bench-state: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.state
-bench: bench-signatures bench-engine bench-streaming bench-state
+bench: bench-signatures bench-profile bench-engine bench-streaming bench-state
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -221,8 +221,40 @@ def _state(lines: list[str]) -> None:
     ]
 
 
+def _profile(lines: list[str]) -> None:
+    result = _load("profile")
+    if result is None:
+        lines.append("_Not run yet: `python -m benchmarks.profile`._\n")
+        return
+    total = result["total_seconds"]
+    per_chunk = total / result["chunks"] * 1e6
+    lines += [
+        f"Machine: {_machine(result)}. Command: `{result['command']}`.\n",
+        f"Django 4.2 docs, {result['files']:,} files, {result['chunks']:,} chunks ({result['canonical']:,} "
+        f"canonical), embedded runner with RocksDB state: {total:.1f} s, {per_chunk:.0f} µs per chunk.\n",
+        "| part | seconds | share | messages handled |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {name} | {value:.2f} | {value / total:.0%} | {result['messages'].get(name, 0):,} |"
+            for name, value in sorted(result["seconds"].items(), key=lambda kv: -kv[1])
+        ),
+        "",
+        "Messages by kind: "
+        + ", ".join(f"{k} {v:,}" for k, v in sorted(result["message_kinds"].items(), key=lambda kv: -kv[1]))
+        + ".\n",
+        "What limits the engine: not signatures (one compiled pass, under a microsecond per chunk) but the Python",
+        "work per message and per state record around them. Each new distinct text costs a handful of messages",
+        "between stages and one LSH bucket read-modify-write per band (21 with the default banding), each record",
+        "decoded and encoded with msgspec and read from and written to RocksDB. That per-message cost, tens of",
+        "microseconds, is what the stage design pays for running the same handlers under any partitioning;",
+        "reaching half of the signature rate would need the stages themselves in native code.",
+        "",
+    ]
+
+
 SECTIONS = [
     ("Signatures", _signatures),
+    ("Where the time goes", _profile),
     ("Embedded engine", _engine),
     ("Streaming on the broker", _streaming),
     ("State", _state),
