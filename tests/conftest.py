@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import HealthCheck, settings
 
 from streamdedup.core.engine import Engine
 from streamdedup.core.params import EngineParams
 
-settings.register_profile(
-    "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
-)
-settings.load_profile("ci")
+# "ci" (the default) draws the same examples on every run, so the suite passes or fails the same way on every
+# machine; "hunt" draws new ones each run and many more, for looking for counterexamples on purpose.
+_COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "print_blob": True}
+settings.register_profile("ci", max_examples=100, derandomize=True, **_COMMON)
+settings.register_profile("hunt", max_examples=2000, **_COMMON)
+settings.load_profile(os.environ.get("STREAMDEDUP_HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")

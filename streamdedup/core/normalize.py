@@ -23,14 +23,23 @@ __all__ = ["content_hash", "normalize", "words"]
 _EDGE_PUNCTUATION = regex.compile(r"(?:(?<=^| )\p{P}+)|(?:\p{P}+(?= |$))")
 
 
+# Every code point reaches the fixed point after one more fold; the bound only guarantees termination.
+_MAX_FOLDS = 8
+
+
 def _fold(text: str) -> str:
     if text.isascii():
         return text.lower()  # NFKC leaves ASCII alone, and casefold is lower() there
-    # casefold can leave strings that NFKC changes again (and the reverse), so fold until stable.
-    text = unicodedata.normalize("NFKC", text).casefold()
-    while not unicodedata.is_normalized("NFKC", text):
-        text = unicodedata.normalize("NFKC", text).casefold()
-    return text
+    # casefold can undo what NFKC composed ("ǰ" folds to "j" and a combining caron, which NFKC composes again), and
+    # NFKC can produce letters that casefold changes, so apply both until the text stops changing. The result is
+    # not always in NFKC form, but it is a fixed point, which is what makes normalization idempotent.
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    for _ in range(_MAX_FOLDS):
+        again = unicodedata.normalize("NFKC", folded).casefold()
+        if again == folded:
+            break
+        folded = again
+    return folded
 
 
 def words(text: str) -> list[str]:

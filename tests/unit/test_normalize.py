@@ -1,5 +1,6 @@
 import unicodedata
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,6 +21,16 @@ def test_keeps_digits_and_in_word_punctuation_apart():
 def test_nfkc_folds_compatibility_forms():
     assert normalize("ﬁle Ⅳ") == normalize("file IV")
     assert normalize("Straße") == normalize("STRASSE")
+
+
+@pytest.mark.parametrize("letter", ["\u01f0", "\u0390", "\u1e96", "\u1fb6"])
+def test_letters_whose_case_fold_undoes_composition_normalize_once_and_stay(letter):
+    # Case folding turns these into a base letter and combining marks that NFKC composes again: folding must stop
+    # at the fixed point instead of waiting for an NFKC form it never reaches.
+    text = f"Jet {letter.upper()}{letter} fuel"
+    once = normalize(text)
+    assert normalize(once) == once
+    assert content_hash(text.upper()) == content_hash(text.lower()) == content_hash(once)
 
 
 def test_words_drop_tokens_that_are_only_punctuation():
