@@ -87,6 +87,8 @@ class Settings(BaseSettings):
     )
     ingest_batch: int = Field(500, ge=1, description="Input events the ingest agent takes at once.")
     ingest_wait: float = Field(0.05, gt=0, description="Seconds the ingest agent waits to fill a batch.")
+    stage_batch: int = Field(200, ge=1, description="Batch messages a stage agent takes at once.")
+    stage_wait: float = Field(0.01, gt=0, description="Seconds a stage agent waits to fill its batch.")
     standby_replicas: int = Field(
         0, ge=0, description="Standby copies of each table partition on other workers."
     )

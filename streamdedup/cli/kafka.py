@@ -22,7 +22,14 @@ from streamdedup.kafka.app import build_app
 from streamdedup.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.settings import Settings
 
-__all__ = ["materialize", "materialize_command", "produce_command", "tail_command", "worker_command"]
+__all__ = [
+    "make_worker",
+    "materialize",
+    "materialize_command",
+    "produce_command",
+    "tail_command",
+    "worker_command",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +40,18 @@ def worker_command(settings: Settings, loglevel: str) -> None:
     asyncio.run(check_engine_params(settings))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     app, _ = build_app(settings)
+    make_worker(app, loglevel).execute_from_commandline()
+
+
+def make_worker(app: faust.App, loglevel: str) -> faust.Worker:
+    """Return the Faust worker of ``app``, logging at ``loglevel`` and without Faust's terminal spinner.
+
+    The spinner turns the root logger to DEBUG so that every record moves it: every send of every changelog
+    write then builds a debug record that is thrown away (a sixth of a busy worker's time).
+    """
     worker = faust.Worker(app, loglevel=loglevel, redirect_stdouts=False, quiet=not sys.stdout.isatty())
-    worker.execute_from_commandline()
+    worker.spinner = None
+    return worker
 
 
 def _key_of(line: bytes) -> bytes | None:

@@ -88,3 +88,18 @@ def test_metrics_count_merges_swaps_and_flags():
     assert "streamdedup_canonical_changes_total 1.0" in text
     assert 'streamdedup_review_flags_total{reason="fact_conflict"} 1.0' in text
     assert 'streamdedup_outputs_total{topic="canonical-chunks"} 1.0' in text
+
+
+def test_the_worker_leaves_the_log_level_alone(tmp_path):
+    # Faust's terminal spinner would turn the root logger to DEBUG, making every producer send build a record.
+    import logging
+
+    from streamdedup.cli.kafka import make_worker
+    from streamdedup.kafka.app import build_app
+
+    app, _ = build_app(Settings(data_dir=tmp_path))
+    worker = make_worker(app, "warning")
+    probe = logging.Logger("probe", logging.WARNING)
+    probe.addHandler(logging.NullHandler())
+    worker.on_setup_root_logger(probe, logging.WARNING)
+    assert probe.level == logging.WARNING and not probe.isEnabledFor(logging.DEBUG)
