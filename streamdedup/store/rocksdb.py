@@ -20,6 +20,11 @@ _META = "meta"
 
 
 _BLOCK_CACHE_BYTES = 256 * 1024 * 1024
+# The metadata family takes a few bytes on every commit, so its memtable never fills and never flushes, and would
+# keep every write-ahead log file alive: the logs would grow with all writes ever made, not with the state.
+# Past this size, RocksDB flushes the families that hold the oldest log, and the log files go.
+_MAX_WAL_BYTES = 64 * 1024 * 1024
+_WRITE_BUFFER_BYTES = 64 * 1024 * 1024  # RocksDB's default memtable size, named so tests can make it small
 
 
 def _options(cache: rocksdict.Cache | None = None) -> rocksdict.Options:
@@ -27,6 +32,8 @@ def _options(cache: rocksdict.Cache | None = None) -> rocksdict.Options:
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    options.set_max_total_wal_size(_MAX_WAL_BYTES)
+    options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
     table = rocksdict.BlockBasedOptions()
     # Most lookups are for keys that do not exist yet (a new content's LSH buckets, a new content hash): a Bloom
     # filter answers those without reading any data block, however large the state grows.

@@ -115,3 +115,19 @@ def test_closed_store_refuses_use(make_store):
         store.get("content", 0, "k")
     with pytest.raises(StateError, match="closed"):
         store.commit({("content", 0, "k"): b"v"}, {})
+
+
+def test_write_ahead_logs_stay_bounded_while_the_state_is_rewritten(tmp_path, monkeypatch):
+    # Metadata takes a few bytes on every commit; its memtable alone must not keep every old log file alive.
+    monkeypatch.setattr("streamdedup.store.rocksdb._MAX_WAL_BYTES", 1024 * 1024)
+    monkeypatch.setattr("streamdedup.store.rocksdb._WRITE_BUFFER_BYTES", 1024 * 1024)
+    store = RocksDBStore(tmp_path / "state")
+    value = bytes(range(256)) * 64  # 16 KiB
+    for i in range(1280):  # 20 MiB written over the same 64 keys
+        store.commit({("content", 0, f"k{i % 64}"): value}, {"position": str(i).encode()})
+    logs = sum(f.stat().st_size for f in (tmp_path / "state" / "db").glob("*.log"))
+    assert store.get("content", 0, "k63") == value and store.get_meta("position") == b"1279"
+    store.close()
+    assert logs < 6 * 1024 * 1024, (
+        f"{logs:,} bytes of write-ahead log after 20 MiB of writes to 1 MiB of state"
+    )
