@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import platform
@@ -81,6 +82,24 @@ def best_of(function: Callable[[], Any], repeat: int = 3) -> float:
         function()
         best = min(best, time.perf_counter() - start)
     return best
+
+
+def time_stages(
+    engine: Any, seconds: collections.Counter[str], each: Callable[[str, Any], None] | None = None
+) -> None:
+    """Make ``engine.handle`` add the seconds of every call to ``seconds[stage]`` (and show ``each`` the batch)."""
+    handle = engine.handle
+
+    def timed(stage: str, batch: Any, state: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return handle(stage, batch, state)
+        finally:
+            seconds[stage] += time.perf_counter() - start
+            if each is not None:
+                each(stage, batch)
+
+    engine.handle = timed
 
 
 def machine() -> dict[str, Any]:

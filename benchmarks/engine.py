@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import random
 import shutil
 import tempfile
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import django_chunks, django_files, rss_bytes, save
+from benchmarks.common import django_chunks, django_files, rss_bytes, save, time_stages
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
@@ -93,6 +94,8 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
     rng = random.Random(7)
     pool = sorted({c for c in django_chunks() if len(c.split()) >= 8})
     engine = Engine(EngineParams())
+    stage_seconds: collections.Counter[str] = collections.Counter()
+    time_stages(engine, stage_seconds)
     store = RocksDBStore(workdir / "growth")
     runner = EmbeddedRunner(engine, store)
     windows = []
@@ -129,7 +132,11 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
         if done - window_done >= WINDOW:
             now = time.perf_counter()
             rate = (done - window_done) / (now - window_start)
-            windows.append({"chunks": done, "chunks_per_second": rate, "rss_bytes": rss_bytes()})
+            windows.append(
+                {"chunks": done, "chunks_per_second": rate, "rss_bytes": rss_bytes(),
+                 "stage_seconds": dict(stage_seconds)}
+            )  # fmt: skip
+            stage_seconds.clear()
             print(f"  {done:>9,} chunks: {rate:8,.0f} chunks/s, RSS {rss_bytes() / 2**20:,.0f} MiB")
             window_start, window_done = now, done
     counters = runner.counters

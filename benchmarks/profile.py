@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import django_files, save
+from benchmarks.common import django_files, save, time_stages
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
@@ -39,23 +39,19 @@ def main() -> None:
     messages: collections.Counter[str] = collections.Counter()
     kinds: collections.Counter[str] = collections.Counter()
     engine = Engine(EngineParams())
-    handle, commit = engine.handle, Transaction.commit
+    commit = Transaction.commit
 
-    def timed_handle(stage: str, batch: Any, state: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return handle(stage, batch, state)
-        finally:
-            seconds[stage] += time.perf_counter() - start
-            messages[stage] += len(batch)
-            kinds.update(type(m).__name__ for m in batch)
+    def count(stage: str, batch: Any) -> None:
+        messages[stage] += len(batch)
+        kinds.update(type(m).__name__ for m in batch)
+
+    time_stages(engine, seconds, count)
 
     def timed_commit(self: Transaction) -> None:
         start = time.perf_counter()
         commit(self)
         seconds["commit"] += time.perf_counter() - start
 
-    engine.handle = timed_handle  # type: ignore[method-assign]
     Transaction.commit = timed_commit  # type: ignore[method-assign]
     workdir = Path(tempfile.mkdtemp(prefix="streamdedup-profile-"))
     try:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.structs import TopicPartition
 
 from benchmarks.common import django_chunks, save
 from streamdedup.codec import encode_event
@@ -43,6 +44,8 @@ from streamdedup.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
+PASSTHROUGH_RUNS = 3
+PASSTHROUGH_COPIES = 10
 PORT = int(os.environ.get("STREAMDEDUP_BENCH_KAFKA_PORT", "29092"))
 BROKER = f"kafka://127.0.0.1:{PORT}"
 DOCUMENTS = 6000
@@ -140,6 +143,7 @@ class _Workers:
         self.ports = []
         env = {**os.environ, "STREAMDEDUP_BROKER": BROKER, "STREAMDEDUP_TOPIC_PREFIX": settings.topic_prefix,
                "STREAMDEDUP_PARTITIONS": str(PARTITIONS), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        root.mkdir(parents=True, exist_ok=True)
         for i in range(count):
             port = _free_port()
             self.ports.append(port)
@@ -164,6 +168,27 @@ class _Workers:
                         raise
                     time.sleep(0.3)
 
+    def wait_stable(self, settings: Settings, timeout: float = 120) -> None:
+        """Wait until the consumer group is stable with every worker in it, so no rebalance falls in a timed run."""
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        async def state() -> tuple[str, int]:
+            admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
+            await admin.start()
+            try:
+                (response,) = await admin.describe_consumer_groups([TopicNames(settings.topic_prefix).group])
+                group = response.to_object()["groups"][0]
+                return group["state"], len(group["members"])
+            finally:
+                await admin.close()
+
+        deadline = time.monotonic() + timeout
+        while asyncio.run(state()) != ("Stable", len(self.processes)):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the worker group did not settle")
+            time.sleep(0.5)
+        time.sleep(2)  # table recovery after the last assignment
+
     def stop(self) -> None:
         for process in self.processes:
             process.send_signal(signal.SIGTERM)
@@ -185,22 +210,100 @@ def _wait_idle(settings: Settings, timeout: float = 900) -> float:
     raise TimeoutError("the workers did not catch up")
 
 
-def _service_run(workers: int, values_for: Any, root: Path) -> dict[str, Any]:
+def _messages_written(settings: Settings) -> dict[str, int]:
+    """Return how many messages the workers wrote: to changelogs, stage topics and output topics."""
+    from streamdedup.kafka.admin import partitions_of
+
+    async def count() -> dict[str, int]:
+        prefix = settings.topic_prefix
+        consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
+        await consumer.start()
+        try:
+            topics = [t for t in await consumer.topics() if t.startswith(prefix)]
+            found = await partitions_of(settings, topics)
+            kinds = {"changelog": 0, "stage": 0, "output": 0}
+            for topic in topics:
+                ends = await consumer.end_offsets([TopicPartition(topic, p) for p in found[topic]])
+                name = topic[len(prefix) :]
+                if name.endswith("-changelog"):
+                    kinds["changelog"] += sum(ends.values())
+                elif name.startswith("stage-"):
+                    kinds["stage"] += sum(ends.values())
+                elif name not in ("documents", "engine-params", "dlq"):
+                    kinds["output"] += sum(ends.values())
+            return kinds
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(count())
+
+
+# Where a worker's time goes, from py-spy samples: the share of samples whose stack holds one of these frames.
+PROFILE_PARTS = {
+    "engine stage handlers": ("Engine.handle ",),
+    "table writes (RocksDB put and changelog message)": ("TableState.write_back ",),
+    "producer: faust buffer and aiokafka send path": (
+        "ProducerBuffer._handle_pending ",
+        "Sender._sender_routine ",
+    ),
+    "consumer: fetching and dispatching input": ("Fetcher.", "Consumer.getmany ", "Conductor."),
+    "waiting for the network (select)": ("EpollSelector.select ",),
+}
+
+
+def _py_spy() -> str | None:
+    found = Path(sys.executable).with_name("py-spy")
+    return str(found) if found.exists() else shutil.which("py-spy")
+
+
+def _profile_shares(raw: Path) -> dict[str, float]:
+    """Aggregate py-spy's raw (collapsed stack) output into the shares of :data:`PROFILE_PARTS`."""
+    total = 0
+    hits = dict.fromkeys(PROFILE_PARTS, 0)
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        for part, markers in PROFILE_PARTS.items():
+            if any(marker in stack for marker in markers):
+                hits[part] += int(count)
+    return {part: hit / total for part, hit in hits.items()} if total else {}
+
+
+def _service_run(workers: int, values_for: Any, root: Path, *, profile: bool = False) -> dict[str, Any]:
     prefix = f"bench-{workers}w-{uuid.uuid4().hex[:6]}."
     settings = Settings(broker=BROKER, topic_prefix=prefix, partitions=PARTITIONS)
     asyncio.run(ensure_topics(settings))
     group = _Workers(settings, workers, root / prefix)
+    spy = None
     try:
         group.wait_ready()
+        group.wait_stable(settings)
         values = values_for(prefix)
+        spy_path = _py_spy()
+        if profile and spy_path:  # sample the worker (py-spy, 50 Hz; each sample pauses it briefly)
+            command = [spy_path, "record", "--pid", str(group.processes[0].pid), "--rate", "50", "--format", "raw",
+                       "--output", str(root / "worker.raw")]  # fmt: skip
+            spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         start = asyncio.run(_produce(settings, TopicNames(prefix).documents, values))
         end = _wait_idle(settings)
     finally:
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(60)
         group.stop()
     seconds = end - start
     rate = len(values) * CHUNKS_PER_DOCUMENT / seconds
-    print(f"streamdedup, {workers} worker(s): {rate:,.0f} chunks/s ({seconds:.1f}s)")
-    return {"workers": workers, "seconds": seconds, "chunks_per_second": rate, "prefix": prefix}
+    written = _messages_written(settings)
+    label = " under py-spy" if profile else ""
+    print(
+        f"streamdedup, {workers} worker(s){label}: {rate:,.0f} chunks/s ({seconds:.1f}s); messages written {written}"
+    )
+    result = {"workers": workers, "seconds": seconds, "chunks_per_second": rate, "prefix": prefix,
+              "messages_written": written}  # fmt: skip
+    if spy is not None and (root / "worker.raw").exists():
+        result["profile"] = _profile_shares(root / "worker.raw")
+        print("  where the worker's time goes:", {k: f"{v:.0%}" for k, v in result["profile"].items()})
+    return result
 
 
 def _latency(rate_docs: float, root: Path, seconds: float = 30.0) -> dict[str, Any]:
@@ -211,6 +314,7 @@ def _latency(rate_docs: float, root: Path, seconds: float = 30.0) -> dict[str, A
     values = _events(prefix)[: int(rate_docs * seconds)]
     try:
         group.wait_ready()
+        group.wait_stable(settings)
         asyncio.run(_produce(settings, TopicNames(prefix).documents, values, rate=rate_docs))
         _wait_idle(settings)
     finally:
@@ -262,15 +366,23 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="streamdedup-stream-"))
     try:
         settings = Settings(broker=BROKER)
-        values = _events("pass-")
-        passthrough_seconds = asyncio.run(_passthrough(settings, values))
+        # The same events, repeated so that a run lasts seconds rather than a fraction of one; the baseline is the
+        # best of three runs on fresh topics (the first on a new broker pays for leader elections and the group
+        # coordinator, and a baseline should be what the plain client can do).
+        values = _events("pass-") * PASSTHROUGH_COPIES
+        passthrough_seconds = min(
+            asyncio.run(_passthrough(settings, values)) for _ in range(PASSTHROUGH_RUNS)
+        )
         passthrough = len(values) * CHUNKS_PER_DOCUMENT / passthrough_seconds
+        passthrough_messages = len(values) / passthrough_seconds
         print(
             f"aiokafka passthrough: {passthrough:,.0f} chunks/s ({len(values) / passthrough_seconds:,.0f} msg/s)"
         )
         one = _service_run(1, _events, root)
         two = _service_run(2, _events, root)
         latency = _latency(one["chunks_per_second"] / 2 / CHUNKS_PER_DOCUMENT, root)
+        latency_quarter = _latency(one["chunks_per_second"] / 4 / CHUNKS_PER_DOCUMENT, root)
+        profiled = _service_run(1, _events, root, profile=True) if _py_spy() else None
     finally:
         shutil.rmtree(root, ignore_errors=True)
         if started:
@@ -282,11 +394,15 @@ def main() -> None:
             "chunks_per_document": CHUNKS_PER_DOCUMENT,
             "partitions": PARTITIONS,
             "passthrough_chunks_per_second": passthrough,
+            "passthrough_messages_per_second": passthrough_messages,
+            "passthrough_runs": PASSTHROUGH_RUNS,
             "one_worker": one,
             "two_workers": two,
             "ratio_one_worker_to_passthrough": one["chunks_per_second"] / passthrough,
             "ratio_two_workers_to_one": two["chunks_per_second"] / one["chunks_per_second"],
             "latency_at_half_rate": latency,
+            "latency_at_quarter_rate": latency_quarter,
+            "profiled_one_worker": profiled,
         },
     )
 
