@@ -22,13 +22,19 @@ def _load(name: str) -> dict[str, Any] | None:
 
 
 def _bar(path: Path, labels: list[str], values: list[float], title: str, xlabel: str) -> None:
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(labels) + 1.2))
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(labels) + 1.2))
     ax.barh(labels, values, color="#4c72b0")
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.invert_yaxis()
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) / min(positive) > 100:
+        ax.set_xscale("log")  # ratios far below 1 would otherwise be bars too short to see
+        ax.set_xlabel(f"{xlabel}, log scale")
+    ax.margins(x=0.12)  # room for the value labels
     for i, v in enumerate(values):
-        ax.text(v, i, f" {v:,.2f}" if v < 100 else f" {v:,.0f}", va="center", fontsize=8)
+        text = f" {v:,.0f}" if v >= 100 else f" {v:.2g}" if v < 0.1 else f" {v:,.2f}"
+        ax.text(v, i, text, va="center", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
