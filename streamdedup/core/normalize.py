@@ -34,6 +34,8 @@ def _fold(text: str) -> str:
     # NFKC can produce letters that casefold changes, so apply both until the text stops changing. The result is
     # not always in NFKC form, but it is a fixed point, which is what makes normalization idempotent.
     folded = unicodedata.normalize("NFKC", text).casefold()
+    if unicodedata.is_normalized("NFKC", folded):
+        return folded  # NFKC leaves it alone and casefold is idempotent: already the fixed point (the usual case)
     for _ in range(_MAX_FOLDS):
         again = unicodedata.normalize("NFKC", folded).casefold()
         if again == folded:
