@@ -103,3 +103,34 @@ def test_the_worker_leaves_the_log_level_alone(tmp_path):
     probe.addHandler(logging.NullHandler())
     worker.on_setup_root_logger(probe, logging.WARNING)
     assert probe.level == logging.WARNING and not probe.isEnabledFor(logging.DEBUG)
+
+
+def test_a_stage_batch_is_one_handler_call_per_partition_with_that_partition_current(tmp_path):
+    # Several Kafka messages of one partition become one handler call; faust's tables take the partition of their
+    # writes from the current event, so it must be one of that partition while the handler runs.
+    import asyncio
+    from types import SimpleNamespace
+
+    import faust.streams
+
+    from streamdedup.kafka.app import build_app
+
+    _, pipeline = build_app(Settings(data_dir=tmp_path))
+    calls = []
+
+    def handle(stage, messages, state):
+        current = faust.streams._current_event.get()()
+        calls.append((stage, [m.epoch for m in messages], current.message.partition))
+        return []
+
+    pipeline.engine.handle = handle
+    pipeline.tables["band"] = {}
+
+    class Event:  # what faust hands an agent: the value and the message it came in (weakly referenced)
+        def __init__(self, partition, *epochs):
+            (self.value,) = encode_batches([BandJoin(f"b{e}", "h", e) for e in epochs], max_bytes=1 << 20)
+            self.message = SimpleNamespace(partition=partition)
+
+    events = [Event(0, 1, 2), Event(1, 3), Event(0, 4)]
+    asyncio.run(pipeline.run_stage("band", events))
+    assert calls == [("band", [1, 2, 4], 0), ("band", [3], 1)]
