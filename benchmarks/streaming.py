@@ -375,9 +375,7 @@ def main() -> None:
         )
         passthrough = len(values) * CHUNKS_PER_DOCUMENT / passthrough_seconds
         passthrough_messages = len(values) / passthrough_seconds
-        print(
-            f"aiokafka passthrough: {passthrough:,.0f} chunks/s ({len(values) / passthrough_seconds:,.0f} msg/s)"
-        )
+        print(f"aiokafka passthrough: {passthrough:,.0f} chunks/s ({passthrough_messages:,.0f} msg/s)")
         one = _service_run(1, _events, root)
         two = _service_run(2, _events, root)
         latency = _latency(one["chunks_per_second"] / 2 / CHUNKS_PER_DOCUMENT, root)
