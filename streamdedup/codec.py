@@ -1,7 +1,10 @@
 """The wire format of the event contract (design §4): decoding input events, encoding output lines.
 
 This is the only module that turns JSON into domain values. Input is validated strictly: an event that breaks a
-rule raises :class:`~streamdedup.errors.InvalidEventError` naming the field, and the drivers dead-letter it.
+rule raises :class:`~streamdedup.errors.InvalidEventError` naming the field, and the drivers dead-letter it. The
+codec is a wall: nothing else ever escapes :func:`decode_event`, whatever the bytes. Nesting depth is checked before
+the (recursive) JSON parser sees the bytes; integers must fit the state's 64-bit fields; :class:`EventLimits` bounds
+sizes and counts; any other failure while decoding becomes an ``InvalidEventError`` too.
 
 >>> event = decode_event(b'{"schema": "streamdedup.document/v1", "op": "delete", "source_id": "a", "version": 3}')
 >>> type(event).__name__, event.version
@@ -9,12 +12,13 @@ rule raises :class:`~streamdedup.errors.InvalidEventError` naming the field, and
 >>> decode_event(b'{"schema": "streamdedup.document/v1", "op": "delete", "source_id": "a", "version": -1}')
 Traceback (most recent call last):
 ...
-streamdedup.errors.InvalidEventError: version: must be an integer >= 0
+streamdedup.errors.InvalidEventError: version: must be an integer >= 0 that fits in 64 bits
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -32,18 +36,51 @@ from streamdedup.core.model import (
 from streamdedup.errors import InvalidEventError
 
 __all__ = [
-    "DEFAULT_MAX_EVENT_BYTES",
+    "DEFAULT_LIMITS",
     "DOCUMENT_SCHEMA",
+    "INT_MAX",
+    "INT_MIN",
+    "EventLimits",
     "dead_letter",
     "decode_event",
     "encode_event",
     "encode_output_line",
+    "event_from_data",
+    "parse_json",
     "parse_timestamp",
 ]
 
 DOCUMENT_SCHEMA = "streamdedup.document/v1"
 DLQ_SCHEMA = "streamdedup.dlq/v1"
-DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
+#: The range of every integer the state stores (MessagePack's signed 64-bit integers).
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1
+_SOURCE_ID_CHARS = 1024  # the contract's bound (design §4), not a setting
+
+
+@dataclass(frozen=True, slots=True)
+class EventLimits:
+    """Bounds on one input event; an event beyond any of them is dead-lettered, naming the bound.
+
+    ``Settings`` exposes each as ``STREAMDEDUP_MAX_EVENT_<NAME>`` (see README); these are the defaults.
+    """
+
+    #: Bytes of one event as it arrives (a file's bytes, for the folder feed).
+    bytes: int = 8 * 1024 * 1024
+    #: Nesting depth of the JSON (the event object is depth 1, ``chunks`` and ``acl`` depth 2).
+    depth: int = 32
+    #: Entries in ``chunks``.
+    chunks: int = 10_000
+    #: Characters in one entry of ``chunks``.
+    chunk_chars: int = 100_000
+    #: Principals in ``acl``.
+    acl: int = 1_000
+    #: Characters in one principal.
+    principal_chars: int = 256
+    #: Characters in ``uri``, ``title`` and ``collection``.
+    string_chars: int = 4_096
+
+
+DEFAULT_LIMITS = EventLimits()
 
 _FIELDS = {
     "schema", "op", "source_id", "version", "modified_at", "acl", "text", "chunks",
@@ -51,6 +88,9 @@ _FIELDS = {
 }  # fmt: skip
 _CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
 _RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+# A JSON string (escapes included) or a bracket: what the depth check must tell apart.
+_STRUCTURE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_OPENERS = frozenset(b"[{")
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -64,7 +104,11 @@ def parse_timestamp(value: str) -> int:
     fraction = (fraction or ".0")[:7]
     zone = "+00:00" if zone in ("Z", "z") else zone
     moment = datetime.fromisoformat(f"{date}T{clock}{fraction.ljust(7, '0')}{zone}")
-    delta = moment.astimezone(timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    try:
+        moment = moment.astimezone(timezone.utc)
+    except OverflowError as exc:  # 9999-12-31T23:00:00-02:00 is after the last representable moment
+        raise ValueError("out of the range of representable times") from exc
+    delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
@@ -76,31 +120,80 @@ def _string(data: dict[str, Any], name: str, *, required: bool, max_length: int 
         return None
     if not isinstance(value, str):
         raise InvalidEventError(f"must be a string, not {type(value).__name__}", field=name)
-    if max_length is not None and not 1 <= len(value) <= max_length:
-        raise InvalidEventError(f"must be 1 to {max_length} characters long", field=name)
+    if max_length is not None and len(value) > max_length:
+        raise InvalidEventError(f"must be at most {max_length} characters long", field=name)
     return value
 
 
-def _integer(data: dict[str, Any], name: str, *, default: int | None, minimum: int | None = None) -> int:
+def _integer(
+    data: dict[str, Any], name: str, *, default: int | None, minimum: int = INT_MIN, maximum: int = INT_MAX
+) -> int:
     value = data.get(name, default)
     if value is None:
         raise InvalidEventError("is required", field=name)
-    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-        bound = f" >= {minimum}" if minimum is not None else ""
-        raise InvalidEventError(f"must be an integer{bound}", field=name)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        bound = f" >= {minimum}" if minimum != INT_MIN else ""
+        raise InvalidEventError(f"must be an integer{bound} that fits in 64 bits", field=name)
     return value
 
 
-def _acl(data: dict[str, Any]) -> tuple[str, ...]:
+def _acl(data: dict[str, Any], limits: EventLimits) -> tuple[str, ...]:
     value = data.get("acl")
     if value is None:
         raise InvalidEventError("is required for this op", field="acl")
     if not isinstance(value, list) or not all(isinstance(p, str) and p for p in value):
         raise InvalidEventError("must be a list of non-empty principal strings", field="acl")
+    if len(value) > limits.acl:
+        raise InvalidEventError(f"must hold at most {limits.acl} principals, not {len(value)}", field="acl")
+    if any(len(p) > limits.principal_chars for p in value):
+        raise InvalidEventError(
+            f"principals must be at most {limits.principal_chars} characters", field="acl"
+        )
     return tuple(sorted(set(value)))
 
 
-def _upsert(data: dict[str, Any], source_id: str, version: int) -> UpsertEvent:
+def _chunks(value: Any, limits: EventLimits) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise InvalidEventError("must be a list of strings", field="chunks")
+    if len(value) > limits.chunks:
+        raise InvalidEventError(f"must hold at most {limits.chunks} chunks, not {len(value)}", field="chunks")
+    longest = max(map(len, value), default=0)
+    if longest > limits.chunk_chars:
+        raise InvalidEventError(
+            f"a chunk of {longest} characters exceeds the limit of {limits.chunk_chars}", field="chunks"
+        )
+    return tuple(value)
+
+
+def _metadata(value: Any, limits: EventLimits) -> dict[str, Any] | None:
+    """Check an arbitrary JSON object without recursion: its depth and that every integer fits the state."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidEventError("must be an object", field="metadata")
+    stack: list[tuple[Any, int]] = [(value, 2)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, bool) or item is None or isinstance(item, (str, float)):
+            continue
+        if isinstance(item, int):
+            if not INT_MIN <= item <= INT_MAX:
+                raise InvalidEventError("integers must fit in 64 bits", field="metadata")
+            continue
+        if depth > limits.depth:
+            raise InvalidEventError(f"nested deeper than {limits.depth} levels", field="metadata")
+        if isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                raise InvalidEventError("keys must be strings", field="metadata")
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+        else:
+            raise InvalidEventError(f"holds a {type(item).__name__}, which is not JSON", field="metadata")
+    return value
+
+
+def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLimits) -> UpsertEvent:
     raw_time = _string(data, "modified_at", required=True)
     assert raw_time is not None
     try:
@@ -112,42 +205,57 @@ def _upsert(data: dict[str, Any], source_id: str, version: int) -> UpsertEvent:
         raise InvalidEventError("an upsert needs exactly one of 'text' and 'chunks'", field="text")
     if text is not None and not isinstance(text, str):
         raise InvalidEventError(f"must be a string, not {type(text).__name__}", field="text")
-    if chunks is not None and (not isinstance(chunks, list) or not all(isinstance(c, str) for c in chunks)):
-        raise InvalidEventError("must be a list of strings", field="chunks")
     content_type = data.get("content_type", "text/plain")
     if content_type not in _CONTENT_TYPES:
         raise InvalidEventError(f"must be one of {', '.join(_CONTENT_TYPES)}", field="content_type")
-    metadata = data.get("metadata")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise InvalidEventError("must be an object", field="metadata")
     attrs = SourceAttrs(
-        acl=_acl(data),
+        acl=_acl(data, limits),
         modified_at=modified_at,
         authority=_integer(data, "authority", default=0),
-        uri=_string(data, "uri", required=False),
-        title=_string(data, "title", required=False),
-        metadata=metadata,
+        uri=_string(data, "uri", required=False, max_length=limits.string_chars),
+        title=_string(data, "title", required=False, max_length=limits.string_chars),
+        metadata=_metadata(data.get("metadata"), limits),
     )
     return UpsertEvent(
         source_id=source_id,
         version=version,
         attrs=attrs,
         text=text,
-        chunks=tuple(chunks) if chunks is not None else None,
+        chunks=_chunks(chunks, limits) if chunks is not None else None,
         content_type=content_type,
-        collection=_string(data, "collection", required=False) or "default",
+        collection=_string(data, "collection", required=False, max_length=limits.string_chars) or "default",
     )
 
 
-def decode_event(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> InputEvent:
-    """Decode and validate one input event."""
-    size = len(raw.encode("utf-8") if isinstance(raw, str) else raw)
-    if size > max_bytes:
-        raise InvalidEventError(f"event of {size} bytes exceeds the limit of {max_bytes} bytes")
+def _check_depth(raw: bytes, limit: int) -> None:
+    """Refuse JSON nested deeper than ``limit`` before a recursive parser sees it."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return  # cannot be deeper than its number of openers
+    depth = 0
+    for match in _STRUCTURE.finditer(raw):
+        first = raw[match.start()]
+        if first in _OPENERS:
+            depth += 1
+            if depth > limit:
+                raise InvalidEventError(f"JSON nested deeper than {limit} levels")
+        elif first != 0x22:  # a closing bracket; strings are skipped whole
+            depth -= 1
+
+
+def parse_json(raw: bytes | str, limits: EventLimits = DEFAULT_LIMITS) -> Any:
+    """Parse JSON from outside within ``limits`` (size, depth); raise only :class:`InvalidEventError`."""
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    if len(data) > limits.bytes:
+        raise InvalidEventError(f"event of {len(data)} bytes exceeds the limit of {limits.bytes} bytes")
+    _check_depth(data, limits.depth)
     try:
-        data = _decoder.decode(raw)
+        return _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise InvalidEventError(f"not valid JSON: {exc}") from exc
+
+
+def event_from_data(data: Any, limits: EventLimits = DEFAULT_LIMITS) -> InputEvent:
+    """Validate parsed contract JSON (or a connector's dict of the same shape) as an input event."""
     if not isinstance(data, dict):
         raise InvalidEventError("an event must be a JSON object")
     unknown = sorted(set(data) - _FIELDS)
@@ -155,17 +263,28 @@ def decode_event(raw: bytes | str, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES) 
         raise InvalidEventError(f"unknown field (allowed: {', '.join(sorted(_FIELDS))})", field=unknown[0])
     if data.get("schema") != DOCUMENT_SCHEMA:
         raise InvalidEventError(f"must be {DOCUMENT_SCHEMA!r}", field="schema")
-    source_id = _string(data, "source_id", required=True, max_length=1024)
-    assert source_id is not None
+    source_id = _string(data, "source_id", required=True)
+    if not source_id or len(source_id) > _SOURCE_ID_CHARS:
+        raise InvalidEventError(f"must be 1 to {_SOURCE_ID_CHARS} characters long", field="source_id")
     version = _integer(data, "version", default=None, minimum=0)
     op = data.get("op")
     if op == "upsert":
-        return _upsert(data, source_id, version)
+        return _upsert(data, source_id, version, limits)
     if op == "delete":
         return DeleteEvent(source_id=source_id, version=version)
     if op == "acl":
-        return AclEvent(source_id=source_id, version=version, acl=_acl(data))
+        return AclEvent(source_id=source_id, version=version, acl=_acl(data, limits))
     raise InvalidEventError("must be 'upsert', 'delete' or 'acl'", field="op")
+
+
+def decode_event(raw: bytes | str, limits: EventLimits = DEFAULT_LIMITS) -> InputEvent:
+    """Decode and validate one input event; any failure, whatever its cause, is an :class:`InvalidEventError`."""
+    try:
+        return event_from_data(parse_json(raw, limits), limits)
+    except InvalidEventError:
+        raise
+    except Exception as exc:  # the wall: no input line may raise anything else past the codec
+        raise InvalidEventError(f"could not be decoded ({type(exc).__name__}: {exc})") from exc
 
 
 def encode_event(event: InputEvent) -> bytes:
@@ -199,8 +318,16 @@ def encode_output_line(output: Output) -> bytes:
     return _encoder.encode({"topic": output.topic, "key": output.key, "value": output.value}) + b"\n"
 
 
-def dead_letter(raw: bytes | str, error: InvalidEventError, origin: dict[str, Any]) -> Output:
-    """Return the ``dlq`` output for an input that failed validation; ``origin`` says where it was read."""
+def dead_letter(raw: bytes | str, error: Exception, origin: dict[str, Any]) -> Output:
+    """Return the ``dlq`` output for an input that failed; ``origin`` says where it was read.
+
+    ``error`` is the :class:`InvalidEventError` of an input that failed validation, or whatever a handler raised
+    on an event that passed it (then the error names its type).
+    """
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    value = {"schema": DLQ_SCHEMA, "error": str(error), "field": error.field, "origin": origin, "raw": text}
+    if isinstance(error, InvalidEventError):
+        message, field = str(error), error.field
+    else:
+        message, field = f"processing failed ({type(error).__name__}: {error})", None
+    value = {"schema": DLQ_SCHEMA, "error": message, "field": field, "origin": origin, "raw": text}
     return Output("dlq", None, value)

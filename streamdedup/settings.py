@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from streamdedup.codec import DEFAULT_MAX_EVENT_BYTES
+from streamdedup.codec import DEFAULT_LIMITS, EventLimits
 from streamdedup.core.params import POLICY_CRITERIA, EngineParams
 from streamdedup.errors import ConfigurationError
 
@@ -54,11 +54,30 @@ class Settings(BaseSettings):
         (), description="Lines never treated as boilerplate, '|'-separated in the environment."
     )
 
+    # Bounds on one input event (every driver); an event beyond one is dead-lettered, naming it.
+    max_event_bytes: int = Field(
+        DEFAULT_LIMITS.bytes, ge=1024, description="Bytes of one input event (of one file, for a folder)."
+    )
+    max_event_depth: int = Field(
+        DEFAULT_LIMITS.depth, ge=3, le=200, description="JSON nesting depth of an event."
+    )
+    max_event_chunks: int = Field(DEFAULT_LIMITS.chunks, ge=1, description="Entries in an event's 'chunks'.")
+    max_event_chunk_chars: int = Field(
+        DEFAULT_LIMITS.chunk_chars, ge=1, description="Characters in one entry of 'chunks'."
+    )
+    max_event_acl: int = Field(DEFAULT_LIMITS.acl, ge=1, description="Principals in an event's 'acl'.")
+    max_event_principal_chars: int = Field(
+        DEFAULT_LIMITS.principal_chars, ge=1, description="Characters in one principal."
+    )
+    max_event_string_chars: int = Field(
+        DEFAULT_LIMITS.string_chars, ge=1, description="Characters in 'uri', 'title' and 'collection'."
+    )
+    fault_source_id: str | None = Field(
+        None, description="Testing only: the source stage raises on every event of this source_id."
+    )
+
     # Embedded runner.
     batch_size: int = Field(256, ge=1, description="Input events per batch (one atomic state commit each).")
-    max_event_bytes: int = Field(
-        DEFAULT_MAX_EVENT_BYTES, ge=1024, description="Larger input events are dead-lettered."
-    )
     state_dir: Path | None = Field(None, description="Default state directory for run and inspect.")
     folder_acl: Annotated[tuple[str, ...], NoDecode] = Field(
         ("*",), description="ACL of folder files without a sidecar <file>.acl.json, comma-separated."
@@ -112,6 +131,18 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split("|") if part.strip())
         return value
+
+    def event_limits(self) -> EventLimits:
+        """Return the bounds on one input event these settings describe."""
+        return EventLimits(
+            bytes=self.max_event_bytes,
+            depth=self.max_event_depth,
+            chunks=self.max_event_chunks,
+            chunk_chars=self.max_event_chunk_chars,
+            acl=self.max_event_acl,
+            principal_chars=self.max_event_principal_chars,
+            string_chars=self.max_event_string_chars,
+        )
 
     def engine_params(self) -> EngineParams:
         """Return the engine parameters these settings describe."""

@@ -14,7 +14,10 @@ from streamdedup.core.params import EngineParams
 # machine; "hunt" draws new ones each run and many more, for looking for counterexamples on purpose.
 _COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "print_blob": True}
 settings.register_profile("ci", max_examples=100, derandomize=True, **_COMMON)
-settings.register_profile("hunt", max_examples=2000, **_COMMON)
+# STREAMDEDUP_HYPOTHESIS_EXAMPLES sets how many examples "hunt" draws per property (default 2,000).
+settings.register_profile(
+    "hunt", max_examples=int(os.environ.get("STREAMDEDUP_HYPOTHESIS_EXAMPLES", "2000")), **_COMMON
+)
 settings.load_profile(os.environ.get("STREAMDEDUP_HYPOTHESIS_PROFILE", "ci"))
 
 

@@ -25,7 +25,7 @@ from rich.table import Table
 
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
-from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
+from streamdedup.drivers.embedded import EmbeddedRunner, Origin, RunCounters
 from streamdedup.drivers.folder import FolderFeed
 from streamdedup.drivers.jsonl import FileSink, RunReport, run_file
 from streamdedup.errors import ConfigurationError
@@ -40,7 +40,8 @@ def _opened(settings: Settings, state: Path, out: str) -> Iterator[tuple[Embedde
     store = RocksDBStore(state)
     sink: FileSink | None = None
     try:
-        runner = EmbeddedRunner(Engine(settings.engine_params()), store, where=str(state))
+        engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
+        runner = EmbeddedRunner(engine, store, where=str(state))
         if runner.counters.events == 0 and out != "-" and Path(out).exists() and Path(out).stat().st_size:
             raise ConfigurationError(
                 f"{out} already holds outputs, but the state at {state} is new: appending would mix two "
@@ -77,7 +78,7 @@ def run_command(
                 source,
                 sink,
                 batch_size=settings.batch_size,
-                max_event_bytes=settings.max_event_bytes,
+                limits=settings.event_limits(),
                 progress=lambda done: progress.update(task, completed=done),
             )
             counters = runner.counters
@@ -86,7 +87,7 @@ def run_command(
             source,
             collection or source.resolve().name,
             default_acl=settings.folder_acl,
-            max_event_bytes=settings.max_event_bytes,
+            limits=settings.event_limits(),
         )
         report = RunReport()
         with _opened(settings, state, out) as (runner, sink):
@@ -129,11 +130,15 @@ def _sync_folder(
             batch = items[start : start + batch_size]
             events = [item for _, _, item in batch if not isinstance(item, Output)]
             letters = [item for _, _, item in batch if isinstance(item, Output)]
+            origins = [
+                Origin(None, {"file": str(feed.root / source_id)})
+                for source_id, _, item in batch
+                if not isinstance(item, Output)
+            ]
             feed.seen(batch)
-            outputs = runner.process(events, sink, dead_letters=letters, meta={feed.meta_key: feed.dump()})
-            report.events += len(events)
-            report.dead_letters += len(letters)
-            report.outputs += len(outputs)
+            meta = {feed.meta_key: feed.dump()}
+            outputs = runner.process(events, sink, dead_letters=letters, meta=meta, origins=origins)
+            report.add(runner.last_applied, outputs)
             progress.update(task, advance=len(batch))
     return len(items)
 

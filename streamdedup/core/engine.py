@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from streamdedup.core.messages import BROADCAST, Message, Output, route
+from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
 from streamdedup.core.policy import CanonicalPolicy
@@ -23,7 +24,9 @@ from streamdedup.core.signatures import SignatureScheme
 from streamdedup.core.stages import BandStage, CollectionStage, ContentStage, SourceStage
 from streamdedup.core.state import PartitionState
 
-__all__ = ["Engine", "StageHandler"]
+__all__ = ["Engine", "InjectedFault", "StageHandler"]
+
+_INPUT_EVENTS = (UpsertEvent, DeleteEvent, AclEvent)
 
 
 class StageHandler(Protocol):
@@ -36,11 +39,20 @@ class StageHandler(Protocol):
         ...
 
 
-class Engine:
-    """The stage handlers for one set of :class:`EngineParams`."""
+class InjectedFault(RuntimeError):
+    """Raised by the source stage on an event of the fault source (tests of failure isolation only)."""
 
-    def __init__(self, params: EngineParams) -> None:
+
+class Engine:
+    """The stage handlers for one set of :class:`EngineParams`.
+
+    ``fault_source_id`` is for tests only: the source stage then raises :class:`InjectedFault` on any batch holding
+    an input event of that source, as a handler with a bug would, so tests can show that drivers isolate it.
+    """
+
+    def __init__(self, params: EngineParams, *, fault_source_id: str | None = None) -> None:
         self.params = params
+        self.fault_source_id = fault_source_id
         self.policy = CanonicalPolicy(params.canonical_policy)
         self.scheme = SignatureScheme(params.num_perm, params.seed, params.shingle_size)
         self.stages: dict[str, StageHandler] = {
@@ -54,6 +66,10 @@ class Engine:
         self, stage: str, messages: Sequence[Message], state: PartitionState
     ) -> list[Message | Output]:
         """Run one stage on a batch of messages for one of its partitions."""
+        if self.fault_source_id is not None and stage == "source":
+            for message in messages:
+                if isinstance(message, _INPUT_EVENTS) and message.source_id == self.fault_source_id:
+                    raise InjectedFault(f"injected fault on an event of {message.source_id!r}")
         return self.stages[stage].handle(messages, state)
 
     @staticmethod

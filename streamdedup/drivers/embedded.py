@@ -4,21 +4,30 @@ Input events are taken in batches. A batch runs to quiescence through in-process
 takes everything queued for it), its outputs are handed to the sink, and only then are its state changes
 committed, together with the progress counters, in one atomic write. A crash therefore repeats at most one batch
 on the next run, and repeating input is harmless (I4). The same input gives byte-identical output (I5).
+
+A failing event never takes its batch with it: if a handler raises while the batch runs, the batch's changes are
+dropped and its events are applied again one at a time, each in a transaction nested in the batch's; the event
+that fails is dead-lettered with the error and where it came from, and every other one is applied.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
+from streamdedup.codec import dead_letter, encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output, route
 from streamdedup.core.model import InputEvent
 from streamdedup.store.base import VIEW_FAMILY, Store, Transaction, check_params
 
-__all__ = ["EmbeddedRunner", "RunCounters"]
+__all__ = ["EmbeddedRunner", "Origin", "RunCounters"]
+
+logger = logging.getLogger(__name__)
 
 _COUNTERS_KEY = "embedded-counters"
 
@@ -86,6 +95,13 @@ def _write_counts(txn: Transaction, key: str, counts: tuple[int, int, int]) -> N
     txn.changes[address] = None if counts == (0, 0, 0) else ",".join(map(str, counts)).encode()
 
 
+class Origin(NamedTuple):
+    """Where an input event came from: its bytes as read (None when a connector built it) and its place."""
+
+    raw: bytes | None
+    where: dict[str, Any]
+
+
 class EmbeddedRunner:
     """Run the engine over input events on one machine, with state in ``store``."""
 
@@ -94,6 +110,8 @@ class EmbeddedRunner:
         self.engine = engine
         self.store = store
         self.counters = RunCounters.from_json(store.get_meta(_COUNTERS_KEY))
+        #: Events the last :meth:`process` call applied (the others were dead-lettered).
+        self.last_applied = 0
 
     def process(
         self,
@@ -102,15 +120,25 @@ class EmbeddedRunner:
         *,
         dead_letters: Iterable[Output] = (),
         meta: dict[str, bytes] | None = None,
+        origins: Sequence[Origin] | None = None,
     ) -> list[Output]:
         """Run one batch of events to quiescence, hand its outputs to ``sink``, then commit its state.
 
-        ``meta`` is committed with the state (a feed's position, for instance).
+        ``meta`` is committed with the state (a feed's position, for instance). ``origins``, one per event, is what
+        a dead letter of an event that fails in a handler names; without it, the event's position in the batch.
         """
         txn = Transaction(self.store)
         outputs = list(dead_letters)
-        outputs.extend(run_to_quiescence(self.engine, txn, events))
-        self.counters.events += len(events)
+        try:
+            outputs.extend(run_to_quiescence(self.engine, txn, events))
+            applied = len(events)
+        except Exception as exc:
+            logger.warning("a batch of %d events failed (%r); applying them one at a time", len(events), exc)
+            txn = Transaction(self.store)
+            produced, applied = self._one_at_a_time(txn, events, origins)
+            outputs.extend(produced)
+        self.counters.events += applied
+        self.last_applied = applied
         for output in outputs:
             self.counters.observe(output, txn)
         sink(outputs)
@@ -118,6 +146,27 @@ class EmbeddedRunner:
         txn.meta.update(meta or {})
         txn.commit()
         return outputs
+
+    def _one_at_a_time(
+        self, txn: Transaction, events: Sequence[InputEvent], origins: Sequence[Origin] | None
+    ) -> tuple[list[Output], int]:
+        """Apply each event in a nested transaction; dead-letter those that raise. Return outputs and applied."""
+        outputs: list[Output] = []
+        applied = 0
+        for index, event in enumerate(events):
+            nested = txn.nested()
+            try:
+                produced = run_to_quiescence(self.engine, nested, [event])
+            except Exception as exc:
+                origin = origins[index] if origins is not None else Origin(None, {"batch_index": index})
+                logger.warning("dead-lettering the event of %r at %s: %r", event.source_id, origin.where, exc)
+                raw = origin.raw if origin.raw is not None else encode_event(event)
+                outputs.append(dead_letter(raw, exc, {**origin.where, "source_id": event.source_id}))
+                continue
+            nested.commit()
+            outputs.extend(produced)
+            applied += 1
+        return outputs, applied
 
 
 def run_to_quiescence(engine: Engine, txn: Transaction, events: Sequence[Message]) -> list[Output]:

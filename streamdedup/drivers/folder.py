@@ -20,9 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamdedup.codec import dead_letter
+from streamdedup.codec import (
+    DEFAULT_LIMITS,
+    DOCUMENT_SCHEMA,
+    EventLimits,
+    dead_letter,
+    event_from_data,
+    parse_json,
+)
 from streamdedup.core.messages import Output
-from streamdedup.core.model import DeleteEvent, InputEvent, SourceAttrs, UpsertEvent
+from streamdedup.core.model import DeleteEvent, InputEvent, format_timestamp
 from streamdedup.errors import InvalidEventError
 
 __all__ = ["CONTENT_TYPES", "SIDECAR_SUFFIX", "FolderFeed"]
@@ -46,7 +53,7 @@ class FolderFeed:
     root: Path
     collection: str
     default_acl: tuple[str, ...] = ("*",)
-    max_event_bytes: int = 8 * 1024 * 1024
+    limits: EventLimits = DEFAULT_LIMITS
     known: dict[str, int] = field(default_factory=dict)  # source_id -> last version sent
 
     @property
@@ -81,40 +88,47 @@ class FolderFeed:
             version = max(version, sidecar.stat().st_mtime_ns)
         return version
 
-    def _attrs(self, path: Path) -> SourceAttrs:
-        acl, authority = self.default_acl, 0
+    def _sidecar(self, path: Path) -> tuple[list[str], int]:
+        acl, authority = list(self.default_acl), 0
         sidecar = path.with_name(path.name + SIDECAR_SUFFIX)
         if sidecar.exists():
-            data: Any = json.loads(sidecar.read_text(encoding="utf-8"))
+            data: Any = parse_json(sidecar.read_bytes(), self.limits)
             if isinstance(data, dict):
-                authority = int(data.get("authority", 0))
-                data = data.get("acl", list(acl))
-            if not isinstance(data, list) or not all(isinstance(p, str) and p for p in data):
-                raise InvalidEventError("must be a list of principals", field=str(sidecar.name))
-            acl = tuple(sorted(set(data)))
-        modified_us = path.stat().st_mtime_ns // 1000
-        return SourceAttrs(acl=acl, modified_at=modified_us, authority=authority, uri=path.resolve().as_uri())
+                authority = data.get("authority", 0)
+                data = data.get("acl", acl)
+            if not isinstance(data, list):
+                raise InvalidEventError("must be a list of principals", field=sidecar.name)
+            acl = data
+        return acl, authority
 
     def _upsert(self, source_id: str, path: Path, version: int) -> InputEvent | Output:
+        """Build the file's upsert as a contract event, checked by the same codec rules as any other input."""
         try:
             size = path.stat().st_size
-            if size > self.max_event_bytes:
+            if size > self.limits.bytes:
                 raise InvalidEventError(
-                    f"file of {size} bytes exceeds the limit of {self.max_event_bytes} bytes"
+                    f"file of {size} bytes exceeds the limit of {self.limits.bytes} bytes"
                 )
             try:
                 text = path.read_bytes().decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise InvalidEventError(f"not UTF-8 text: {exc}") from exc
-            return UpsertEvent(
-                source_id=source_id,
-                version=version,
-                attrs=self._attrs(path),
-                text=text,
-                content_type=CONTENT_TYPES[path.suffix.lower()],  # type: ignore[arg-type]
-                collection=self.collection,
-            )
-        except (InvalidEventError, ValueError, OSError) as exc:
+            acl, authority = self._sidecar(path)
+            data = {
+                "schema": DOCUMENT_SCHEMA,
+                "op": "upsert",
+                "source_id": source_id,
+                "version": version,
+                "modified_at": format_timestamp(path.stat().st_mtime_ns // 1000),
+                "acl": acl,
+                "authority": authority,
+                "text": text,
+                "content_type": CONTENT_TYPES[path.suffix.lower()],
+                "collection": self.collection,
+                "uri": path.resolve().as_uri(),
+            }
+            return event_from_data(data, self.limits)
+        except (InvalidEventError, OSError) as exc:
             error = exc if isinstance(exc, InvalidEventError) else InvalidEventError(str(exc))
             return dead_letter(b"", error, {"file": str(path), "source_id": source_id})
 

@@ -101,6 +101,10 @@ class Transaction:
             changes[(stage, partition, k)] if (stage, partition, k) in changes else stored[k] for k in keys
         ]
 
+    def nested(self) -> Transaction:
+        """Return a transaction over this one: it sees this one's changes, and its commit adds to them only."""
+        return Transaction(_TransactionStore(self))
+
     def partition(self, stage: str, partition: int) -> _PartitionView:
         """Return the state one handler call sees."""
         return _PartitionView(self, stage, partition)
@@ -110,6 +114,31 @@ class Transaction:
         if self.changes or self.meta:
             self._store.commit(self.changes, self.meta)
         self.changes, self.meta = {}, {}
+
+
+class _TransactionStore:
+    """A :class:`Store` whose state is a transaction: what a nested transaction reads and commits into."""
+
+    __slots__ = ("_txn",)
+
+    def __init__(self, txn: Transaction) -> None:
+        self._txn = txn
+
+    def get(self, stage: str, partition: int, key: str) -> bytes | None:
+        return self._txn.read(stage, partition, key)
+
+    def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
+        return self._txn.read_many(stage, partition, keys)
+
+    def get_meta(self, key: str) -> bytes | None:
+        return self._txn.meta.get(key, self._txn._store.get_meta(key))
+
+    def commit(self, changes: Change, meta: Mapping[str, bytes]) -> None:
+        self._txn.changes.update(changes)
+        self._txn.meta.update(meta)
+
+    def close(self) -> None:
+        pass
 
 
 def check_params(store: Store, params: EngineParams, *, where: str) -> None:

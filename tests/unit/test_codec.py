@@ -5,7 +5,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.codec import decode_event, encode_event, encode_output_line, parse_timestamp
+from streamdedup.codec import (
+    EventLimits,
+    decode_event,
+    encode_event,
+    encode_output_line,
+    event_from_data,
+    parse_timestamp,
+)
 from streamdedup.core.messages import Output
 from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
 from streamdedup.errors import InvalidEventError
@@ -84,7 +91,7 @@ def test_undecodable_input_is_invalid(raw):
 
 def test_oversized_event_is_invalid():
     with pytest.raises(InvalidEventError, match="exceeds the limit of 2000 bytes"):
-        decode_event(event(text="x" * 3000), max_bytes=2000)
+        decode_event(event(text="x" * 3000), EventLimits(bytes=2000))
 
 
 @pytest.mark.parametrize(
@@ -132,3 +139,75 @@ def test_encode_then_decode_round_trips(fields):
 def test_output_line_is_one_json_object_per_line():
     line = encode_output_line(Output("source-mappings", "a", None))
     assert line == b'{"topic":"source-mappings","key":"a","value":null}\n'
+
+
+SMALL = EventLimits(depth=6, chunks=3, chunk_chars=10, acl=2, principal_chars=5, string_chars=8)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"version": 2**63}, "version", "fits in 64 bits"),
+        ({"version": 10**40}, "version", "fits in 64 bits"),
+        ({"authority": -(2**63) - 1}, "authority", "fits in 64 bits"),
+        ({"metadata": {"a": [1, {"b": 2**64}]}}, "metadata", "integers must fit in 64 bits"),
+        ({"text": ..., "chunks": ["a", "b", "c", "d"]}, "chunks", "at most 3 chunks, not 4"),
+        ({"text": ..., "chunks": ["a" * 11]}, "chunks", "a chunk of 11 characters exceeds the limit of 10"),
+        ({"acl": ["a", "b", "c"]}, "acl", "at most 2 principals, not 3"),
+        ({"acl": ["abcdef"]}, "acl", "principals must be at most 5 characters"),
+        ({"uri": "u" * 9}, "uri", "at most 8 characters"),
+        ({"title": "t" * 9}, "title", "at most 8 characters"),
+        ({"collection": "c" * 9}, "collection", "at most 8 characters"),
+        ({"modified_at": "9999-12-31T23:59:59-23:59"}, "modified_at", "out of the range"),
+        ({"modified_at": "0001-01-01T00:00:00+23:59"}, "modified_at", "out of the range"),
+    ],
+)
+def test_bounds_name_the_field_and_the_bound(changes, field, message):
+    with pytest.raises(InvalidEventError) as info:
+        decode_event(event(**changes), SMALL)
+    assert info.value.field == field
+    assert message in str(info.value)
+
+
+def test_events_within_the_bounds_pass():
+    within = event(
+        text=...,
+        chunks=["a" * 10] * 3,
+        acl=["abcde", "*"],
+        uri="u" * 8,
+        metadata={"a": {"b": {"c": 2**63 - 1}}},
+    )
+    assert decode_event(within, SMALL).chunks == ("a" * 10,) * 3
+
+
+@pytest.mark.parametrize("raw", [b"[" * 5000 + b"]" * 5000, b'{"a":' * 5000 + b"1" + b"}" * 5000])
+def test_nesting_is_checked_before_the_parser_sees_it(raw):
+    with pytest.raises(InvalidEventError, match="JSON nested deeper than 6 levels"):
+        decode_event(raw, SMALL)
+
+
+def test_data_built_without_a_parser_is_held_to_the_same_depth():
+    data = {**json.loads(event()), "metadata": {"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}}}
+    with pytest.raises(InvalidEventError, match="metadata: nested deeper than 6 levels"):
+        event_from_data(data, SMALL)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting():
+    deep_looking = "[" * 100 + '\\"{{{{{{{{'
+    assert decode_event(event(title=deep_looking), EventLimits(depth=3)).attrs.title == deep_looking
+
+
+def test_anything_else_that_fails_while_decoding_is_an_invalid_event(monkeypatch):
+    import streamdedup.codec as codec
+
+    def explode(data, limits):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(codec, "event_from_data", explode)
+    with pytest.raises(InvalidEventError, match=r"could not be decoded \(MemoryError: no room\)"):
+        decode_event(event())
+
+
+def test_a_str_with_a_lone_surrogate_is_invalid_not_a_crash():
+    with pytest.raises(InvalidEventError):
+        decode_event(event().decode().replace('"wiki:a"', '"\ud800"'))
