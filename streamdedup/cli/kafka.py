@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +15,18 @@ import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from rich.console import Console
 
-from streamdedup.codec import encode_output_line
+from streamdedup.codec import EventLimits, decode_event, encode_output_line, parse_json
 from streamdedup.core.messages import Output
 from streamdedup.core.view import COMPACTED_TOPICS, View
+from streamdedup.drivers.jsonl import read_lines
+from streamdedup.errors import InvalidEventError
 from streamdedup.kafka.admin import check_engine_params, ensure_topics, read_to_end
 from streamdedup.kafka.app import build_app
 from streamdedup.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.settings import Settings
 
 __all__ = [
+    "ProduceReport",
     "make_worker",
     "materialize",
     "materialize_command",
@@ -54,18 +58,47 @@ def make_worker(app: faust.App, loglevel: str) -> faust.Worker:
     return worker
 
 
-def _key_of(line: bytes) -> bytes | None:
+@dataclass
+class ProduceReport:
+    """What ``produce`` did with the lines of a file."""
+
+    sent: int = 0
+    invalid: int = 0  # lines that are not valid events (sent as they are, or skipped)
+    skipped: int = 0
+    too_large: int = 0  # lines over the topic's message size limit, which Kafka cannot take
+
+    def describe(self, topic: str, broker: str) -> str:
+        """Return one line for the user."""
+        text = f"sent {self.sent:,} lines to {topic} at {broker}; {self.invalid:,} not valid events"
+        if self.skipped:
+            text += f" ({self.skipped:,} skipped)"
+        elif self.invalid:
+            text += " (sent as they are: the worker dead-letters them)"
+        if self.too_large:
+            text += f"; {self.too_large:,} over {MAX_MESSAGE_BYTES:,} bytes, not sent"
+        return text
+
+
+def _key_of(line: bytes, limits: EventLimits) -> tuple[bytes | None, bool]:
+    """Return the Kafka key of a line (its source_id, when it has one) and whether it is a valid event."""
     try:
-        data = json.loads(line)
-    except ValueError:
-        return None
+        return decode_event(line, limits).source_id.encode("utf-8"), True
+    except InvalidEventError:
+        pass
+    try:
+        data = parse_json(line, limits)
+    except InvalidEventError:
+        return None, False
     source_id = data.get("source_id") if isinstance(data, dict) else None
-    return source_id.encode("utf-8") if isinstance(source_id, str) else None
+    if isinstance(source_id, str) and source_id:
+        return source_id.encode("utf-8", "surrogatepass"), False
+    return None, False
 
 
-async def _produce(settings: Settings, path: Path) -> int:
+async def _produce(settings: Settings, path: Path, skip_invalid: bool) -> ProduceReport:
     await ensure_topics(settings)
     topic = TopicNames(settings.topic_prefix).documents
+    limits = settings.event_limits()
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.bootstrap_servers,
         acks="all",
@@ -73,31 +106,42 @@ async def _produce(settings: Settings, path: Path) -> int:
         linger_ms=5,
     )
     await producer.start()
-    sent = 0
+    report = ProduceReport()
     try:
         pending = []
         with path.open("rb") as handle:
-            for raw in handle:
-                line = raw.rstrip(b"\r\n")
+            for line, _, cut in read_lines(handle, MAX_MESSAGE_BYTES - 1024):
                 if not line.strip():
                     continue
-                pending.append(await producer.send(topic, line, key=_key_of(line)))
-                sent += 1
+                if cut:
+                    report.invalid += 1
+                    report.too_large += 1
+                    continue
+                key, valid = _key_of(line, limits)
+                if not valid:
+                    report.invalid += 1
+                    if skip_invalid:
+                        report.skipped += 1
+                        continue
+                pending.append(await producer.send(topic, line, key=key))
+                report.sent += 1
                 if len(pending) >= 1000:
                     await asyncio.gather(*pending)
                     pending.clear()
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
-    return sent
+    return report
 
 
-def produce_command(settings: Settings, path: Path, console: Console) -> None:
-    """Send every line of a JSONL file to the documents topic, keyed by its source_id."""
-    sent = asyncio.run(_produce(settings, path))
-    console.print(
-        f"sent {sent:,} events to {TopicNames(settings.topic_prefix).documents} at {settings.broker}"
-    )
+def produce_command(settings: Settings, path: Path, console: Console, *, skip_invalid: bool = False) -> None:
+    """Send every line of a JSONL file to the documents topic, keyed by its source_id.
+
+    A line that is not a valid event is sent as it is (the worker dead-letters it, as it would a connector's), or
+    skipped with ``skip_invalid``; nothing in the file stops the command.
+    """
+    report = asyncio.run(_produce(settings, path, skip_invalid))
+    console.print(report.describe(TopicNames(settings.topic_prefix).documents, settings.broker))
 
 
 def _show(value: bytes | None) -> Any:

@@ -158,11 +158,19 @@ def worker(
 def produce(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="JSONL file of input events.", exists=True, dir_okay=False)],
+    skip_invalid: Annotated[
+        bool,
+        typer.Option(
+            "--skip-invalid",
+            help="Do not send lines that are not valid events (by default they are sent as they are, and the "
+            "worker dead-letters them).",
+        ),
+    ] = False,
 ) -> None:
-    """Send input events to the documents topic, keyed by source_id."""
+    """Send input events to the documents topic, keyed by source_id; never stops on a bad line."""
     from streamdedup.cli.kafka import produce_command
 
-    _guard(lambda: produce_command(_settings(ctx), file, err))
+    _guard(lambda: produce_command(_settings(ctx), file, err, skip_invalid=skip_invalid))
 
 
 @app.command()

@@ -44,6 +44,12 @@ def _wanted_topics(settings: Settings) -> dict[str, tuple[int, dict[str, str]]]:
     }
     for stage in STAGES:
         wanted[names.stage(stage)] = (settings.partitions, {"max.message.bytes": str(MAX_MESSAGE_BYTES)})
+        # Created here, before any agent runs: a changelog that Faust creates itself can still be missing from
+        # the client's metadata at the table's first write, which Faust takes for a partition mismatch.
+        wanted[names.changelog(stage)] = (
+            settings.partitions,
+            {"cleanup.policy": "compact", "max.message.bytes": str(MAX_MESSAGE_BYTES)},
+        )
     for topic in OUTPUT_TOPICS:
         wanted[names.output(topic)] = (settings.partitions, topic_config(topic))
     return wanted
@@ -72,7 +78,7 @@ async def ensure_topics(settings: Settings) -> None:
             logger.info("created topics %s", ", ".join(t.name for t in missing))
             await _wait_for_leaders(admin, [t.name for t in missing])
         names = TopicNames(settings.topic_prefix)
-        internal = [names.stage(stage) for stage in STAGES]
+        internal = [topic for stage in STAGES for topic in (names.stage(stage), names.changelog(stage))]
         for description in await admin.describe_topics(internal):
             count = len(description.get("partitions", []))
             if count and count != settings.partitions:

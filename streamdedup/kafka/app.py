@@ -12,6 +12,13 @@ At-least-once without loss: a handler's outputs are delivered (awaited) before i
 table (and so to the changelog), and the input message is acknowledged only after both, so Faust commits its
 offset only after everything it caused is in Kafka. Every agent runs with ``concurrency=1``: with more, faust can
 commit an offset past a message that is still being processed (faust-streaming issue #606).
+
+Agents take their batches with ``noack_take`` and acknowledge each message themselves once it was applied or
+dead-lettered: faust's ``take`` acknowledges its buffer in a ``finally``, so an exception would acknowledge
+messages that were never applied. A handler that raises does not take its batch with it: the batch is applied
+again one message at a time and the message that fails goes to ``dlq`` with the error and where it came from.
+Any other error (Kafka gone, a delivery timed out, a table failing) is no fault of the input: the worker stops
+without acknowledging, so the batch is read again after a restart.
 """
 
 from __future__ import annotations
@@ -20,17 +27,19 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import faust
 import faust.streams as faust_streams
 import msgspec
+from aiokafka.errors import MessageSizeTooLargeError, RecordTooLargeError
 
-from streamdedup.codec import decode_event
+from streamdedup.codec import decode_event, encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output
+from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
 from streamdedup.core.partitioning import partition_for
 from streamdedup.errors import InvalidEventError
 from streamdedup.kafka.batches import decode_batch, encode_batches
@@ -43,6 +52,15 @@ __all__ = ["Pipeline", "build_app"]
 
 logger = logging.getLogger(__name__)
 _json = msgspec.json.Encoder()
+_INPUT_EVENTS = (UpsertEvent, DeleteEvent, AclEvent)
+
+
+class _InputFailure(Exception):
+    """A handler call failed because of what it was given (dead-letter it), not because Kafka failed."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(repr(error))
+        self.error = error
 
 
 class Pipeline:
@@ -51,7 +69,8 @@ class Pipeline:
     def __init__(self, app: faust.App, settings: Settings, metrics: Metrics) -> None:
         self.app = app
         self.settings = settings
-        self.engine = Engine(settings.engine_params())
+        self.engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
+        self.limits = settings.event_limits()
         self.metrics = metrics
         self.names = TopicNames(settings.topic_prefix)
         raw: dict[str, Any] = {"key_serializer": "raw", "value_serializer": "raw"}
@@ -64,7 +83,9 @@ class Pipeline:
             name: app.topic(self.names.output(name), **raw)
             for name in ("canonical-chunks", "source-mappings", "review", "audit", "dlq")
         }
-        self.tables = {stage: _raw_table(app, f"state-{stage}", settings.partitions) for stage in STAGES}
+        self.tables = {
+            stage: _raw_table(app, self.names.table(stage), settings.partitions) for stage in STAGES
+        }
 
     async def deliver(self, produced: Sequence[Message | Output]) -> None:
         """Send everything a handler produced, batched per stage partition, and wait until Kafka has it."""
@@ -86,8 +107,14 @@ class Pipeline:
             await asyncio.gather(*pending)
         self.metrics.observe_outputs(outputs)
 
-    async def dead_letter(self, message: Any, error: str, reason: str) -> Any:
-        """Send an input's original bytes to ``dlq`` with headers saying where it came from and why."""
+    async def dead_letter(
+        self, message: Any, error: str, reason: str, *, value: bytes | None = None, key: bytes | None = None
+    ) -> Any:
+        """Send an input to ``dlq`` with headers saying where it came from and why.
+
+        ``value`` and ``key`` default to the Kafka message's own bytes; a stage message that failed is sent as
+        its own JSON instead (an input event as contract JSON, so it can be sent to the documents topic again).
+        """
         headers = {
             "origin-topic": message.topic.encode(),
             "origin-partition": str(message.partition).encode(),
@@ -95,7 +122,9 @@ class Pipeline:
             "error": error.encode("utf-8", "replace")[:4096],
         }
         self.metrics.dead_letters.labels(reason).inc()
-        return await self.outputs["dlq"].send(key=message.key, value=message.value, headers=headers)
+        if value is None:
+            value, key = message.value, message.key
+        return await self.outputs["dlq"].send(key=key, value=value, headers=headers)
 
     async def ingest(self, events: Sequence[Any]) -> None:
         """Validate a batch of input events and pass the valid ones to the source stage."""
@@ -108,7 +137,7 @@ class Pipeline:
             self.metrics.event_age_seconds.observe(max(0.0, now - message.timestamp))
             try:
                 value = message.value if message.value is not None else b""
-                parsed = decode_event(value, max_bytes=self.settings.max_event_bytes)
+                parsed = decode_event(value, self.limits)
             except InvalidEventError as exc:
                 pending.append(await self.dead_letter(message, str(exc), "invalid"))
                 continue
@@ -119,36 +148,80 @@ class Pipeline:
         if pending:
             await asyncio.gather(*pending)
         self.metrics.events_in.inc(len(events))
-        self.metrics.events_processed.inc(sum(len(b) for b in routed.values()))
         self.metrics.batch_seconds.labels("ingest").observe(time.monotonic() - started)
 
     async def run_stage(self, stage: str, events: Sequence[Any]) -> None:
         """Handle batch messages of a stage, one handler call per partition: run, deliver, then write state.
 
         Several Kafka messages of one partition become one handler call and one wait for delivery, which is
-        what keeps a worker's throughput from being one broker round trip per message.
+        what keeps a worker's throughput from being one broker round trip per message. If the call fails for a
+        reason of the input, its messages are applied one at a time and the one that fails is dead-lettered.
         """
         by_partition: dict[int, list[Any]] = {}
         for event in events:
             by_partition.setdefault(event.message.partition, []).append(event)
         for group in by_partition.values():
             started = time.monotonic()
-            messages: list[Message] = []
+            carried: list[tuple[Any, Message]] = []
             for event in group:
                 try:
-                    messages.extend(decode_batch(event.value))
-                except (msgspec.DecodeError, msgspec.ValidationError, TypeError) as exc:
+                    carried.extend((event, m) for m in decode_batch(event.value))
+                except Exception as exc:  # a batch this worker cannot read: keep its bytes, go on
                     await asyncio.gather(
-                        await self.dead_letter(event.message, f"undecodable batch: {exc}", "batch")
+                        await self.dead_letter(event.message, f"undecodable batch: {exc!r}", "batch")
                     )
-            if not messages:
+            if not carried:
                 continue
-            with _current_event(group[-1]):  # the table writes go to this partition (and its changelog)
-                state = TableState(self.tables[stage])
-                produced = self.engine.handle(stage, messages, state)
-                await self.deliver(produced)
-                state.write_back()
+            try:
+                await self._apply(stage, [m for _, m in carried], group[-1])
+            except _InputFailure as failure:
+                logger.warning(
+                    "stage %s: a batch of %d failed (%r); one at a time", stage, len(carried), failure.error
+                )
+                await self._apply_one_at_a_time(stage, carried)
             self.metrics.batch_seconds.labels(stage).observe(time.monotonic() - started)
+
+    async def _apply(self, stage: str, messages: list[Message], event: Any) -> None:
+        """Run the handler on messages of ``event``'s partition, deliver what it caused, then write its state.
+
+        Raise :class:`_InputFailure` for what the input causes: the handler raising, or a record too large for
+        Kafka. Anything else (Kafka or the table failing) propagates as it is.
+        """
+        with _current_event(event):  # the table writes go to this partition (and its changelog)
+            state = TableState(self.tables[stage])
+            try:
+                produced = self.engine.handle(stage, messages, state)
+            except Exception as exc:
+                raise _InputFailure(exc) from exc
+            try:
+                await self.deliver(produced)
+            except (MessageSizeTooLargeError, RecordTooLargeError) as exc:
+                raise _InputFailure(exc) from exc
+            state.write_back()
+        if stage == "source":
+            self.metrics.events_processed.inc(sum(1 for m in messages if isinstance(m, _INPUT_EVENTS)))
+
+    async def _apply_one_at_a_time(self, stage: str, carried: list[tuple[Any, Message]]) -> None:
+        """Apply each message on its own; dead-letter the ones that fail, with the error and their origin."""
+        self.metrics.isolated.labels(stage).inc(len(carried))
+        for event, message in carried:
+            try:
+                await self._apply(stage, [message], event)
+            except _InputFailure as failure:
+                exc = failure.error
+                error = f"processing failed in stage {stage} ({type(exc).__name__}: {exc})"
+                logger.warning("dead-lettering a %s message: %s", stage, error)
+                if isinstance(message, _INPUT_EVENTS):
+                    value, key, reason = encode_event(message), message.source_id.encode("utf-8"), "failed"
+                else:
+                    value, key, reason = (
+                        next(encode_batches([message], max_bytes=MAX_MESSAGE_BYTES)),
+                        None,
+                        "stage",
+                    )
+                await asyncio.gather(
+                    await self.dead_letter(event.message, error, reason, value=value, key=key)
+                )
 
     def update_lag(self) -> None:
         """Refresh the consumer-lag gauges from the consumer's positions and highwaters."""
@@ -197,9 +270,7 @@ def build_app(settings: Settings) -> tuple[faust.App, Pipeline]:
 
     @app.agent(pipeline.documents, name="ingest", concurrency=1)
     async def ingest(stream: faust.StreamT[Any]) -> None:
-        batches = stream.take_events(settings.ingest_batch, within=settings.ingest_wait)  # type: ignore[attr-defined]
-        async for events in batches:
-            await pipeline.ingest(events)
+        await _consume(app, stream, settings.ingest_batch, settings.ingest_wait, pipeline.ingest)
 
     for stage in STAGES:
         app.agent(pipeline.stage_topics[stage], name=f"stage-{stage}", concurrency=1)(
@@ -243,13 +314,37 @@ def _current_event(event: Any) -> Iterator[None]:
         faust_streams._current_event.reset(token)
 
 
+async def _consume(
+    app: faust.App,
+    stream: Any,
+    size: int,
+    within: float,
+    handle: Callable[[Sequence[Any]], Awaitable[None]],
+) -> None:
+    """Take batches of events and acknowledge each batch only after ``handle`` has applied or dead-lettered it.
+
+    ``handle`` dead-letters what is the input's fault and raises only for Kafka's own failures; then nothing of
+    the batch is acknowledged and the worker stops, so that a restart reads the batch again.
+    """
+    async for events in stream.noack_take(size, within=within):
+        try:
+            await handle(events)
+        except Exception as exc:
+            logger.critical("stopping the worker: %r; the batch will be read again after a restart", exc)
+            await app.crash(exc)
+            return
+        for event in events:
+            await stream.ack(event)
+
+
 def _stage_agent(pipeline: Pipeline, stage: str) -> Any:
     settings = pipeline.settings
 
+    async def handle(events: Sequence[Any]) -> None:
+        await pipeline.run_stage(stage, events)
+
     async def agent(stream: faust.StreamT[Any]) -> None:
-        batches = stream.take_events(settings.stage_batch, within=settings.stage_wait)  # type: ignore[attr-defined]
-        async for events in batches:
-            await pipeline.run_stage(stage, events)
+        await _consume(pipeline.app, stream, settings.stage_batch, settings.stage_wait, handle)
 
     agent.__name__ = f"stage_{stage}"
     return agent

@@ -23,7 +23,13 @@ class Metrics:
             "streamdedup_events_in", "Input events read from the documents topic.", registry=r
         )
         self.events_processed = Counter(
-            "streamdedup_events_processed", "Valid input events passed on to the source stage.", registry=r
+            "streamdedup_events_processed", "Input events the source stage applied.", registry=r
+        )
+        self.isolated = Counter(
+            "streamdedup_isolated_messages",
+            "Stage messages applied again one at a time because their batch failed in a handler.",
+            ["stage"],
+            registry=r,
         )
         self.dead_letters = Counter(
             "streamdedup_dead_letters", "Messages written to the dlq topic.", ["reason"], registry=r

@@ -3,6 +3,8 @@
 >>> names = TopicNames("acme.")
 >>> names.documents, names.stage("content"), names.output("canonical-chunks"), names.group
 ('acme.documents', 'acme.stage-content', 'acme.canonical-chunks', 'acme.worker')
+>>> names.changelog("content")
+'acme.worker-state-content-changelog'
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ class TopicNames:
     def stage(self, stage: str) -> str:
         """The internal topic feeding a stage."""
         return f"{self.prefix}stage-{stage}"
+
+    @staticmethod
+    def table(stage: str) -> str:
+        """The name of a stage's state table."""
+        return f"state-{stage}"
+
+    def changelog(self, stage: str) -> str:
+        """The compacted changelog topic of a stage's table (Faust's name for it)."""
+        return f"{self.group}-{self.table(stage)}-changelog"
 
     def output(self, topic: str) -> str:
         """An output topic of the contract (``canonical-chunks``, ``review``, ...)."""
