@@ -103,3 +103,28 @@ def test_watch_follows_creations_edits_and_deletions(tmp_path):
         output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output.decode()
     assert b"canonical chunks" in output  # the summary is printed on the way out
+
+
+def test_hostile_sidecars_are_dead_lettered_and_the_other_files_applied(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    sidecars = {
+        "deep": "[" * 5000 + "]" * 5000,
+        "huge-authority": json.dumps({"acl": ["ops"], "authority": 10**40}),
+        "float-authority": '{"acl": ["ops"], "authority": 1e308}',
+        "bad-acl": json.dumps({"acl": "ops"}),
+        "not-json": "{acl",
+    }
+    for name, sidecar in sidecars.items():
+        (docs / f"{name}.txt").write_text(PARAGRAPH)
+        (docs / f"{name}.txt.acl.json").write_text(sidecar)
+    (docs / "good.txt").write_text(PARAGRAPH)
+    state, out = tmp_path / "state", tmp_path / "out.jsonl"
+    result = run(docs, state, out)
+    assert result.exit_code == 0, result.output
+    view = read_view(out)
+    assert set(view.mappings) == {"good.txt"}
+    letters = [json.loads(line)["value"] for line in out.read_text().splitlines() if '"dlq"' in line]
+    assert sorted(Path(letter["origin"]["file"]).name for letter in letters) == sorted(
+        f"{n}.txt" for n in sidecars
+    )
