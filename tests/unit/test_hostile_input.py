@@ -41,13 +41,21 @@ TEXTS = (
     "<h1>Reset</h1><div><p>Open the settings page and choose reset password to receive a link</p></div>",
     "short",
 )
-CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
+# Markup made of the characters that parsers give meaning to, nested as deep as the bound allows.
+markup = st.one_of(
+    st.text(alphabet="<>/=\"' divspanulolitablertdpreh1#*_[]()!`>-|\n\t&;:xX", max_size=300),
+    st.tuples(st.sampled_from(("div", "ul", "blockquote", "span", "table", "b")), st.integers(1, 900)).map(
+        lambda t: f"<{t[0]}>" * t[1] + "deep text" + f"</{t[0]}>" * t[1]
+    ),
+    st.integers(1, 2000).map(lambda n: ">" * n + " quoted"),
+    st.integers(1, 500).map(lambda n: "".join("  " * i + "- item\n" for i in range(n))),
+)
 
 valid_data = st.builds(
     valid_event_data,
     source_id=st.sampled_from(("a", "b", "c", "d")),
     version=st.integers(0, 6),
-    text=st.sampled_from(TEXTS),
+    text=st.one_of(st.sampled_from(TEXTS), markup),
 ).flatmap(
     lambda data: st.sampled_from(
         (
