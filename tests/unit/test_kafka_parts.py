@@ -134,3 +134,99 @@ def test_a_stage_batch_is_one_handler_call_per_partition_with_that_partition_cur
     events = [Event(0, 1, 2), Event(1, 3), Event(0, 4)]
     asyncio.run(pipeline.run_stage("band", events))
     assert calls == [("band", [1, 2, 4], 0), ("band", [3], 1)]
+
+
+def _pipeline_with_fakes(tmp_path, fail_on_epoch):
+    from types import SimpleNamespace
+
+    from streamdedup.kafka.app import build_app
+
+    _, pipeline = build_app(Settings(data_dir=tmp_path))
+    applied, delivered, letters = [], [], []
+
+    def handle(stage, messages, state):
+        if any(m.epoch == fail_on_epoch for m in messages):
+            raise ValueError(f"cannot handle epoch {fail_on_epoch}")
+        for m in messages:
+            state.put(m.band_key, b"x")
+        applied.append([m.epoch for m in messages])
+        return [Output("audit", m.band_key, {"epoch": m.epoch}) for m in messages]
+
+    async def deliver(produced):
+        delivered.extend(produced)
+
+    async def dead_letter(message, error, reason, *, value=None, key=None):
+        letters.append((message.offset, error, reason, value))
+        return asyncio.sleep(0)
+
+    import asyncio
+
+    pipeline.engine.handle = handle
+    pipeline.deliver = deliver
+    pipeline.dead_letter = dead_letter
+    pipeline.tables["band"] = {}
+
+    class Event:
+        def __init__(self, offset, *epochs):
+            (self.value,) = encode_batches([BandJoin(f"b{e}", "h", e) for e in epochs], max_bytes=1 << 20)
+            self.message = SimpleNamespace(partition=0, offset=offset, topic="stage-band")
+
+    return pipeline, Event, applied, delivered, letters
+
+
+def test_a_handler_failure_dead_letters_one_message_and_applies_the_rest_of_its_batch(tmp_path):
+    import asyncio
+
+    pipeline, Event, applied, delivered, letters = _pipeline_with_fakes(tmp_path, fail_on_epoch=3)
+    asyncio.run(pipeline.run_stage("band", [Event(10, 1, 2), Event(11, 3, 4), Event(12, 5)]))
+    assert applied == [[1], [2], [4], [5]]  # the batch failed whole, then one at a time
+    assert [o.value["epoch"] for o in delivered] == [1, 2, 4, 5]
+    ((offset, error, reason, value),) = letters
+    assert offset == 11 and reason == "stage" and "ValueError: cannot handle epoch 3" in error
+    assert decode_batch(value) == [BandJoin("b3", "h", 3)]
+    assert set(pipeline.tables["band"]) == {b"b1", b"b2", b"b4", b"b5"}  # nothing of the failed message
+
+
+def test_a_kafka_failure_is_not_blamed_on_the_input(tmp_path):
+    import asyncio
+
+    from aiokafka.errors import KafkaTimeoutError
+
+    pipeline, Event, _, _, letters = _pipeline_with_fakes(tmp_path, fail_on_epoch=-1)
+
+    async def deliver(produced):
+        raise KafkaTimeoutError()
+
+    pipeline.deliver = deliver
+    with pytest.raises(KafkaTimeoutError):
+        asyncio.run(pipeline.run_stage("band", [Event(10, 1, 2)]))
+    assert letters == [] and pipeline.tables["band"] == {}
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_batch_is_acknowledged_only_after_it_was_handled(fails):
+    import asyncio
+
+    from streamdedup.kafka.app import _consume
+
+    acked, crashed = [], []
+
+    class Stream:
+        async def noack_take(self, size, within):
+            yield ["e1", "e2"]
+            yield ["e3"]
+
+        async def ack(self, event):
+            acked.append(event)
+
+    class App:
+        async def crash(self, exc):
+            crashed.append(exc)
+
+    async def handle(events):
+        if fails and "e3" in events:
+            raise RuntimeError("broker gone")
+
+    asyncio.run(_consume(App(), Stream(), 10, 0.1, handle))
+    assert acked == (["e1", "e2"] if fails else ["e1", "e2", "e3"])
+    assert [str(e) for e in crashed] == (["broker gone"] if fails else [])
