@@ -5,6 +5,11 @@ hash; outputs keep the original text. Markdown is parsed with markdown-it-py (Co
 selectolax's lexbor engine (an HTML5 parser). Code blocks and tables keep their content; emphasis, links and
 tags do not count as text.
 
+Nesting depth is not limited by Python's recursion limit: the HTML walks keep their own stacks, so text nested
+100,000 elements deep is kept. Lexbor takes time quadratic in the depth of nested block elements such as div,
+blockquote and li. markdown-it parses blocks 20 levels deep (the CommonMark preset's maxNesting) and drops what is
+nested deeper; below a list that deep (about 10 nested lists) it drops the rest of the document too.
+
 >>> [b.plain for b in blocks("# Reset\\n\\nOpen **Settings** and [reset](/r) it.", "text/markdown")]
 ['Reset', 'Open Settings and reset it.']
 >>> paragraphs("First line\\nstill first.\\n\\n\\n  Second.  \\n")
@@ -111,22 +116,49 @@ def plain_text(text: str, content_type: str) -> str:
 
 def _inline_text(token: Any) -> str:
     parts: list[str] = []
-    for child in token.children or ():
+    # An image's alt text is inline tokens of its own, which may hold images; a stack keeps their order.
+    stack: list[Any] = list(reversed(token.children or ()))
+    while stack:
+        child = stack.pop()
         kind = child.type
         if kind in ("text", "code_inline"):
             parts.append(child.content)
         elif kind in ("softbreak", "hardbreak"):
             parts.append("\n")
         elif kind == "image":
-            parts.append(_inline_text(child))
+            stack.extend(reversed(child.children or ()))
         elif kind == "html_inline":
             parts.append(_html_fragment_text(child.content))
     return "".join(parts)
 
 
+def _nesting_cut(tokens: list[Any]) -> int | None:
+    """Return the index of the top-level token whose block markdown-it cut at its nesting limit, if any.
+
+    Past ``maxNesting`` markdown-it stops parsing and drops the rest of the document, not only the deep part.
+    """
+    limit = _MARKDOWN.options["maxNesting"] - 1
+    for index, token in enumerate(tokens):
+        if token.level >= limit:
+            return max(
+                (
+                    i
+                    for i in range(index)
+                    if tokens[i].level == 0 and tokens[i].nesting == 1 and tokens[i].map
+                ),
+                default=None,
+            )
+    return None
+
+
 def _markdown_blocks(text: str) -> Iterator[Block]:
     lines = text.splitlines()
     tokens = _MARKDOWN.parse(text)
+    cut = _nesting_cut(tokens)
+    if cut is not None:
+        # Everything from the block that nests too deep on is kept as plain paragraphs: no text is lost.
+        tail = "\n".join(lines[(tokens[cut].map or (0,))[0] :])
+        tokens = tokens[:cut]
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -168,13 +200,31 @@ def _markdown_blocks(text: str) -> Iterator[Block]:
         if plain.strip():
             yield Block(kind, original, plain)
         i = j + 1
+    if cut is not None:
+        yield from (Block("paragraph", part, part) for part in paragraphs(tail))
 
 
 # -- HTML ---------------------------------------------------------------------------------------------------------
+#
+# The walks below keep their own stacks instead of recursing per element: a hostile page nests elements tens of
+# thousands deep, past Python's recursion limit.
+
+
+def _children(node: LexborNode) -> list[LexborNode]:
+    """``node``'s child nodes, text and comments included, last first (the order a stack pops them in)."""
+    children = list(node.iter(include_text=True))
+    children.reverse()
+    return children
 
 
 def _html_node_text(node: LexborNode, out: list[str]) -> None:
-    for child in node.iter(include_text=True):
+    # A string on the stack is the separator closing an element whose children are above it.
+    stack: list[LexborNode | str] = [*_children(node)]
+    while stack:
+        child = stack.pop()
+        if isinstance(child, str):
+            out.append(child)
+            continue
         tag = child.tag
         if tag == "-text":
             out.append(child.text_content or "")
@@ -184,16 +234,12 @@ def _html_node_text(node: LexborNode, out: list[str]) -> None:
             out.append("\n")
         elif tag == "pre":
             out.append("\n" + (child.text(deep=True) or "") + "\n")
-        elif tag in _HTML_CELLS:
-            out.append(" ")
-            _html_node_text(child, out)
-            out.append(" ")
-        elif tag in _HTML_LINE_BREAKING:
-            out.append("\n")
-            _html_node_text(child, out)
-            out.append("\n")
         else:
-            _html_node_text(child, out)
+            edge = " " if tag in _HTML_CELLS else "\n" if tag in _HTML_LINE_BREAKING else ""
+            if edge:
+                out.append(edge)
+                stack.append(edge)
+            stack.extend(_children(child))
 
 
 def _clean(text: str) -> str:
@@ -230,7 +276,13 @@ def _html_walk(container: LexborNode) -> Iterator[Block]:
         pending_html.clear()
         pending_text.clear()
 
-    for child in container.iter(include_text=True):
+    # None marks the end of a nested container: loose text before it and after it are separate paragraphs.
+    stack: list[LexborNode | None] = [*_children(container)]
+    while stack:
+        child = stack.pop()
+        if child is None:
+            yield from flush()
+            continue
         tag = child.tag
         if tag in _HTML_SKIP or tag == "-comment":
             continue
@@ -241,7 +293,8 @@ def _html_walk(container: LexborNode) -> Iterator[Block]:
                 yield Block(_HTML_BLOCKS[tag], child.html or "", plain)
         elif tag in _HTML_CONTAINERS:
             yield from flush()
-            yield from _html_walk(child)
+            stack.append(None)
+            stack.extend(_children(child))
         elif tag == "-text":
             pending_html.append(child.text_content or "")
             pending_text.append(child.text_content or "")

@@ -71,3 +71,52 @@ def test_plain_words_hash_the_same_as_markdown_and_html(words):
     text = " ".join(words)
     assert content_hash(plain_text(text, "text/markdown")) == content_hash(text)
     assert content_hash(plain_text(f"<p>{html_lib.escape(text)}</p>", "text/html")) == content_hash(text)
+
+
+# Start tags repeated to nest the innermost "x" deep. Lexbor's tree builder scans its stack of open elements for
+# each div, blockquote and li start tag, so those parse in time quadratic in the depth and stay at 10,000 here.
+_DEEP_HTML = {
+    "div": "<div>",
+    "table": "<table><tr><td>",
+    "list": "<ul><li>",
+    "blockquote": "<blockquote>",
+    "span": "<span>",
+    "b": "<b>",
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "depth"),
+    [(kind, depth) for kind in _DEEP_HTML for depth in (1_000, 10_000)]
+    + [("table", 100_000), ("span", 100_000), ("b", 100_000)],
+)
+def test_deeply_nested_html_keeps_its_innermost_text(kind, depth):
+    page = "<p>before</p>" + _DEEP_HTML[kind] * depth + "x"
+    assert plain_text(page, "text/html").split("\n") == ["before", "x"]
+    # Markdown hands HTML blocks to the same walk.
+    assert plain_text(page, "text/markdown").split("\n") == ["before", "x"]
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [">" * 100_000 + " x", "> " * 100_000 + "x", "- " * 100_000 + "x", "1. " * 100_000 + "x"],
+    ids=["quote", "spaced-quote", "bullet-list", "ordered-list"],
+)
+def test_deeply_nested_markdown_loses_no_text(nested):
+    # markdown-it stops 20 levels deep and drops the rest of the document; from the block that nests too deep on,
+    # the document is kept as plain paragraphs.
+    lines = plain_text(f"before\n\n{nested}\n\nafter", "text/markdown").split("\n")
+    assert lines[0] == "before" and lines[-1] == "after" and lines[1].endswith("x")
+
+
+def test_a_list_nested_ten_deep_keeps_the_rest_of_the_document():
+    nested = "".join("  " * i + f"- item {i}\n" for i in range(12))
+    found = blocks(f"# Title\n\nbefore\n\n{nested}\nafter\n\n## More\n\nlast", "text/markdown")
+    assert [b.plain for b in found][:2] == ["Title", "before"]
+    assert [b.plain for b in found][-3:] == ["after", "## More", "last"]
+    assert all(f"item {i}" in found[2].plain for i in range(12))
+
+
+@pytest.mark.parametrize("depth", [1_000, 10_000])
+def test_deeply_nested_markdown_images_keep_their_text(depth):
+    assert "x" in plain_text("![" * depth + "x" + "](u)" * depth, "text/markdown")
