@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # A single-node Apache Kafka broker (KRaft) on 127.0.0.1 for development and tests. No Docker needed.
 #
-#   deploy/kafka/broker.sh start    fetch Kafka from Maven Central (cached), format storage, start, wait until ready
+#   deploy/kafka/broker.sh start    fetch Kafka from Maven Central (cached), format storage if there is none, start,
+#                                   wait until ready (a broker stopped with KAFKA_KEEP_DATA=1 restarts with its data)
 #   deploy/kafka/broker.sh stop     stop it cleanly (and remove its data unless KAFKA_KEEP_DATA=1)
+#   deploy/kafka/broker.sh wipe     stop it if it runs and remove its data
 #   deploy/kafka/broker.sh status   say whether it runs and answers
+#
+# Topics are never created on their own (auto.create.topics.enable=false): the worker creates every topic with its
+# partition count before it starts, and a producer cannot create one with the wrong count by writing to it.
 #
 # Settings (environment):
 #   KAFKA_PORT        client port on 127.0.0.1 (default 9092); the controller uses KAFKA_PORT+1
@@ -69,7 +74,7 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
-auto.create.topics.enable=true
+auto.create.topics.enable=false
 message.max.bytes=16777216
 log.retention.hours=-1
 log.cleaner.backoff.ms=1000
@@ -82,14 +87,18 @@ start() {
     return
   fi
   fetch
-  rm -rf "$RUN"
   configure
   local cp="$LIB/*"
-  local cluster_id
-  cluster_id="$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
-  java -cp "$cp" -Dkafka.logs.dir="$RUN/logs" -Dlog4j2.configurationFile="$HERE/log4j2.yaml" \
-    kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN/server.properties" >"$RUN/logs/format.log" 2>&1 \
-    || { say "formatting storage failed:"; cat "$RUN/logs/format.log" >&2; exit 1; }
+  if [ -f "$RUN/data/meta.properties" ]; then
+    say "keeping the existing storage in $RUN/data ('$0 wipe' removes it)"
+  else
+    local cluster_id
+    cluster_id="$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
+    java -cp "$cp" -Dkafka.logs.dir="$RUN/logs" -Dlog4j2.configurationFile="$HERE/log4j2.yaml" \
+      kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN/server.properties" >"$RUN/logs/format.log" 2>&1 \
+      || { say "formatting storage failed:"; cat "$RUN/logs/format.log" >&2; exit 1; }
+  fi
+  : >"$LOG" 2>/dev/null || true  # the readiness check below reads this start's log only
   say "starting Kafka $KAFKA_VERSION (KRaft) on 127.0.0.1:$PORT"
   nohup java -Xms256m -Xmx"${KAFKA_HEAP:-768m}" -XX:+UseG1GC -cp "$cp" \
     -Dkafka.logs.dir="$RUN/logs" -Dlog4j2.configurationFile="$HERE/log4j2.yaml" \
@@ -134,6 +143,12 @@ stop() {
   fi
 }
 
+wipe() {
+  KAFKA_KEEP_DATA=0 stop
+  rm -rf "$RUN"
+  say "removed $RUN"
+}
+
 status() {
   if running && answers; then
     say "running on 127.0.0.1:$PORT (pid $(cat "$PIDFILE"), Kafka $KAFKA_VERSION)"
@@ -147,6 +162,7 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   status) status ;;
+  wipe) wipe ;;
   fetch) fetch ;;
-  *) echo "usage: $0 start|stop|status|fetch" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|wipe|status|fetch" >&2; exit 2 ;;
 esac
