@@ -44,6 +44,7 @@ __all__ = [
     "dead_letter",
     "decode_event",
     "encode_event",
+    "encode_for_dead_letter",
     "encode_output_line",
     "event_from_data",
     "parse_json",
@@ -89,10 +90,13 @@ _FIELDS = {
     "content_type", "collection", "authority", "uri", "title", "metadata",
 }  # fmt: skip
 _CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
-_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
 # A JSON string (escapes included) or a bracket: what the depth check must tell apart.
-_STRUCTURE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+# The closing quote is optional, so that an unterminated string is consumed once rather than rescanned from every
+# escape inside it (which takes quadratic time).
+_STRUCTURE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 _OPENERS = frozenset(b"[{")
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _HTML_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)")
 # Elements that never nest (void) or whose end tag may be left out (the parser closes them by itself): neither
 # counts towards the depth, so a page of unclosed <p> or <li> is not taken for a deep one.
@@ -106,7 +110,7 @@ _encoder = msgspec.json.Encoder()
 
 def parse_timestamp(value: str) -> int:
     """Return an RFC 3339 timestamp as microseconds since the epoch; raise ValueError if it is not one."""
-    match = _RFC3339.match(value)
+    match = _RFC3339.fullmatch(value)
     if match is None:
         raise ValueError("not an RFC 3339 timestamp with a time zone")
     date, clock, fraction, zone = match.groups()
@@ -131,6 +135,13 @@ def _string(data: dict[str, Any], name: str, *, required: bool, max_length: int 
         raise InvalidEventError(f"must be a string, not {type(value).__name__}", field=name)
     if max_length is not None and len(value) > max_length:
         raise InvalidEventError(f"must be at most {max_length} characters long", field=name)
+    return value
+
+
+def _no_control_characters(value: str, name: str) -> str:
+    """Refuse C0 control characters in a value that becomes part of a state key or a routing key."""
+    if _CONTROL.search(value):
+        raise InvalidEventError("must not contain control characters (U+0000 to U+001F, U+007F)", field=name)
     return value
 
 
@@ -267,7 +278,10 @@ def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLim
         text=text,
         chunks=parts,
         content_type=content_type,
-        collection=_string(data, "collection", required=False, max_length=limits.string_chars) or "default",
+        collection=_no_control_characters(
+            _string(data, "collection", required=False, max_length=limits.string_chars) or "default",
+            "collection",
+        ),
     )
 
 
@@ -310,6 +324,7 @@ def event_from_data(data: Any, limits: EventLimits = DEFAULT_LIMITS) -> InputEve
     source_id = _string(data, "source_id", required=True)
     if not source_id or len(source_id) > _SOURCE_ID_CHARS:
         raise InvalidEventError(f"must be 1 to {_SOURCE_ID_CHARS} characters long", field="source_id")
+    _no_control_characters(source_id, "source_id")
     version = _integer(data, "version", default=None, minimum=0)
     op = data.get("op")
     if op == "upsert":
@@ -355,6 +370,14 @@ def encode_event(event: InputEvent) -> bytes:
             if getattr(attrs, name) is not None:
                 data[name] = getattr(attrs, name)
     return _encoder.encode(data)
+
+
+def encode_for_dead_letter(event: InputEvent) -> bytes:
+    """Return an event that failed in a handler as contract JSON for its dead letter; this never raises."""
+    try:
+        return encode_event(event)
+    except Exception as exc:
+        return f"unencodable event of {event.source_id!r}: {exc!r}".encode("utf-8", "replace")
 
 
 def encode_output_line(output: Output) -> bytes:

@@ -56,7 +56,10 @@ class Settings(BaseSettings):
 
     # Bounds on one input event (every driver); an event beyond one is dead-lettered, naming it.
     max_event_bytes: int = Field(
-        DEFAULT_LIMITS.bytes, ge=1024, description="Bytes of one input event (of one file, for a folder)."
+        DEFAULT_LIMITS.bytes,
+        ge=1024,
+        le=16 * 1024 * 1024 - 65536,  # its dead letter must still fit in one Kafka message
+        description="Bytes of one input event (of one file, for a folder).",
     )
     max_event_depth: int = Field(
         DEFAULT_LIMITS.depth, ge=3, le=200, description="JSON nesting depth of an event."

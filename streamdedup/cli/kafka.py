@@ -13,6 +13,7 @@ from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError
 from rich.console import Console
 
 from streamdedup.codec import EventLimits, decode_event, encode_output_line, parse_json
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+_KEY_CHARS = 1024  # an invalid line's source_id is its key only when a valid one could be that long
 
 
 def worker_command(settings: Settings, loglevel: str) -> None:
@@ -90,7 +92,7 @@ def _key_of(line: bytes, limits: EventLimits) -> tuple[bytes | None, bool]:
     except InvalidEventError:
         return None, False
     source_id = data.get("source_id") if isinstance(data, dict) else None
-    if isinstance(source_id, str) and source_id:
+    if isinstance(source_id, str) and 0 < len(source_id) <= _KEY_CHARS:
         return source_id.encode("utf-8", "surrogatepass"), False
     return None, False
 
@@ -111,11 +113,11 @@ async def _produce(settings: Settings, path: Path, skip_invalid: bool) -> Produc
         pending = []
         with path.open("rb") as handle:
             for line, _, cut in read_lines(handle, MAX_MESSAGE_BYTES - 1024):
-                if not line.strip():
-                    continue
                 if cut:
                     report.invalid += 1
                     report.too_large += 1
+                    continue
+                if not line.strip():
                     continue
                 key, valid = _key_of(line, limits)
                 if not valid:
@@ -123,7 +125,11 @@ async def _produce(settings: Settings, path: Path, skip_invalid: bool) -> Produc
                     if skip_invalid:
                         report.skipped += 1
                         continue
-                pending.append(await producer.send(topic, line, key=key))
+                try:
+                    pending.append(await producer.send(topic, line, key=key))
+                except MessageSizeTooLargeError:  # the line and its key together are over the limit
+                    report.too_large += 1
+                    continue
                 report.sent += 1
                 if len(pending) >= 1000:
                     await asyncio.gather(*pending)

@@ -6,7 +6,7 @@ These are frozen msgspec structs: typed, slotted, and encodable to JSON or Messa
 from __future__ import annotations
 
 import functools
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
 import msgspec
@@ -100,13 +100,14 @@ def covered(readers: tuple[str, ...], by: tuple[str, ...]) -> bool:
     return set(readers) <= set(by)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
 @functools.lru_cache(maxsize=65536)
 def format_timestamp(micros: int) -> str:
-    """Render microseconds since the epoch as an RFC 3339 UTC timestamp."""
-    moment = datetime.fromtimestamp(micros / 1_000_000, tz=timezone.utc).replace(
-        microsecond=micros % 1_000_000
-    )
-    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    """Render microseconds since the epoch as an RFC 3339 UTC timestamp (exactly: no float on the way)."""
+    moment = _EPOCH + timedelta(microseconds=micros)
+    text = f"{moment.year:04d}-{moment:%m-%dT%H:%M:%S}"  # %Y does not pad years before 1000
     if moment.microsecond:
         text += f".{moment.microsecond:06d}".rstrip("0")
     return text + "Z"

@@ -19,10 +19,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from streamdedup.codec import dead_letter, encode_event
+from streamdedup.codec import dead_letter, encode_for_dead_letter
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output, route
 from streamdedup.core.model import InputEvent
+from streamdedup.errors import StateError
 from streamdedup.store.base import VIEW_FAMILY, Store, Transaction, check_params
 
 __all__ = ["EmbeddedRunner", "Origin", "RunCounters"]
@@ -132,6 +133,8 @@ class EmbeddedRunner:
         try:
             outputs.extend(run_to_quiescence(self.engine, txn, events))
             applied = len(events)
+        except StateError:
+            raise  # the store failed, not the input
         except Exception as exc:
             logger.warning("a batch of %d events failed (%r); applying them one at a time", len(events), exc)
             txn = Transaction(self.store)
@@ -157,10 +160,12 @@ class EmbeddedRunner:
             nested = txn.nested()
             try:
                 produced = run_to_quiescence(self.engine, nested, [event])
+            except StateError:
+                raise
             except Exception as exc:
                 origin = origins[index] if origins is not None else Origin(None, {"batch_index": index})
                 logger.warning("dead-lettering the event of %r at %s: %r", event.source_id, origin.where, exc)
-                raw = origin.raw if origin.raw is not None else encode_event(event)
+                raw = origin.raw if origin.raw is not None else encode_for_dead_letter(event)
                 outputs.append(dead_letter(raw, exc, {**origin.where, "source_id": event.source_id}))
                 continue
             nested.commit()

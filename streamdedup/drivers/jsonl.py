@@ -65,7 +65,7 @@ def read_events(path: Path, limits: EventLimits = DEFAULT_LIMITS) -> Iterator[Li
     with path.open("rb") as handle:
         for number, (line, size, cut) in enumerate(read_lines(handle, limits.bytes), start=1):
             done += size
-            if not line.strip():
+            if not cut and not line.strip():
                 continue
             where: dict[str, Any] = {"file": str(path), "line": number}
             if cut:

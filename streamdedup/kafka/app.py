@@ -36,12 +36,12 @@ import faust.streams as faust_streams
 import msgspec
 from aiokafka.errors import MessageSizeTooLargeError, RecordTooLargeError
 
-from streamdedup.codec import decode_event, encode_event
+from streamdedup.codec import decode_event, encode_for_dead_letter
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output
 from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
 from streamdedup.core.partitioning import partition_for
-from streamdedup.errors import InvalidEventError
+from streamdedup.errors import InvalidEventError, StateError
 from streamdedup.kafka.batches import decode_batch, encode_batches
 from streamdedup.kafka.metrics import Metrics
 from streamdedup.kafka.state import TableState
@@ -185,12 +185,14 @@ class Pipeline:
         """Run the handler on messages of ``event``'s partition, deliver what it caused, then write its state.
 
         Raise :class:`_InputFailure` for what the input causes: the handler raising, or a record too large for
-        Kafka. Anything else (Kafka or the table failing) propagates as it is.
+        Kafka. Anything else (Kafka or the table failing, a :class:`StateError`) propagates as it is.
         """
         with _current_event(event):  # the table writes go to this partition (and its changelog)
             state = TableState(self.tables[stage])
             try:
                 produced = self.engine.handle(stage, messages, state)
+            except StateError:
+                raise  # the table failed, not the input
             except Exception as exc:
                 raise _InputFailure(exc) from exc
             try:
@@ -212,7 +214,11 @@ class Pipeline:
                 error = f"processing failed in stage {stage} ({type(exc).__name__}: {exc})"
                 logger.warning("dead-lettering a %s message: %s", stage, error)
                 if isinstance(message, _INPUT_EVENTS):
-                    value, key, reason = encode_event(message), message.source_id.encode("utf-8"), "failed"
+                    value, key, reason = (
+                        encode_for_dead_letter(message),
+                        message.source_id.encode("utf-8"),
+                        "failed",
+                    )
                 else:
                     value, key, reason = (
                         next(encode_batches([message], max_bytes=MAX_MESSAGE_BYTES)),

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 
+from streamdedup.store.base import store_errors
+
 __all__ = ["TableState"]
 
 
@@ -24,7 +26,8 @@ class TableState:
     def get(self, key: str) -> bytes | None:
         """Return the value of ``key``, reading the table once per batch."""
         if key not in self._values:
-            self._values[key] = self._table.get(key.encode("utf-8"))
+            with store_errors():
+                self._values[key] = self._table.get(key.encode("utf-8"))
         return self._values[key]
 
     def put(self, key: str, value: bytes) -> None:

@@ -9,14 +9,24 @@ metadata in one atomic step, so a crash leaves either all of a batch or none of 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Protocol
 
 from streamdedup.core.messages import STAGES
 from streamdedup.core.params import EngineParams, describe_mismatch
-from streamdedup.errors import StateMismatchError
+from streamdedup.errors import StateError, StateMismatchError
 
-__all__ = ["FAMILIES", "PARAMS_KEY", "VIEW_FAMILY", "Change", "Store", "Transaction", "check_params"]
+__all__ = [
+    "FAMILIES",
+    "PARAMS_KEY",
+    "VIEW_FAMILY",
+    "Change",
+    "Store",
+    "Transaction",
+    "check_params",
+    "store_errors",
+]
 
 PARAMS_KEY = "engine-params"
 #: Where the embedded driver keeps its per-key view totals, beside the stages' state.
@@ -86,17 +96,17 @@ class Transaction:
         address = (stage, partition, key)
         if address in self.changes:
             return self.changes[address]
-        return self._store.get(stage, partition, key)
+        with store_errors():
+            return self._store.get(stage, partition, key)
 
     def read_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
         """Return the values of many keys as this transaction sees them, with one store read for the rest."""
         changes = self.changes
         missing = [k for k in keys if (stage, partition, k) not in changes]
-        stored = (
-            dict(zip(missing, self._store.get_many(stage, partition, missing), strict=True))
-            if missing
-            else {}
-        )
+        stored: dict[str, bytes | None] = {}
+        if missing:
+            with store_errors():
+                stored = dict(zip(missing, self._store.get_many(stage, partition, missing), strict=True))
         return [
             changes[(stage, partition, k)] if (stage, partition, k) in changes else stored[k] for k in keys
         ]
@@ -139,6 +149,17 @@ class _TransactionStore:
 
     def close(self) -> None:
         pass
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Raise any failure of a store read as :class:`StateError`: a driver never blames it on the input."""
+    try:
+        yield
+    except StateError:
+        raise
+    except Exception as exc:
+        raise StateError(f"reading the state failed: {exc!r}") from exc
 
 
 def check_params(store: Store, params: EngineParams, *, where: str) -> None:

@@ -110,8 +110,10 @@ def test_a_worker_dead_letters_the_event_a_handler_fails_on_and_applies_the_rest
 
 def test_produce_reports_lines_it_cannot_send(deployment: Deployment, tmp_path: Path):
     path = tmp_path / "feed.jsonl"
-    path.write_bytes(b'{"x": "' + b"y" * (17 * 1024 * 1024) + b'"}\n' + b"null\n")
+    too_large = b'{"x": "' + b"y" * (17 * 1024 * 1024) + b'"}'
+    long_key = b'{"source_id": "' + b"k" * (9 * 1024 * 1024) + b'"}'  # sent without a key: Kafka takes it
+    path.write_bytes(b" " + too_large + b"\n" + b"null\n" + long_key + b"\n")
     produced = cli(deployment, "produce", str(path))
     assert produced.returncode == 0, produced.stderr
     said = " ".join(produced.stderr.split())
-    assert "sent 1 lines" in said and "2 not valid events" in said and "1 over" in said
+    assert "sent 2 lines" in said and "3 not valid events" in said and "1 over" in said

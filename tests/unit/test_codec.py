@@ -116,7 +116,7 @@ def test_arbitrary_bytes_never_raise_anything_but_invalid_event(raw):
 @given(
     st.builds(
         dict,
-        source_id=st.text(min_size=1, max_size=30),
+        source_id=st.text(alphabet=st.characters(exclude_categories=("Cs", "Cc")), min_size=1, max_size=30),
         version=st.integers(0, 10**12),
         acl=st.lists(st.text(min_size=1, max_size=8), max_size=3),
         chunks=st.lists(st.text(max_size=40), max_size=4),
@@ -226,3 +226,45 @@ def test_anything_else_that_fails_while_decoding_is_an_invalid_event(monkeypatch
 def test_a_str_with_a_lone_surrogate_is_invalid_not_a_crash():
     with pytest.raises(InvalidEventError):
         decode_event(event().decode().replace('"wiki:a"', '"\ud800"'))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"source_id": "\x00boilerplate\x00default"}, "source_id"),  # would share a key with stage records
+        ({"source_id": "\x00*"}, "source_id"),  # the routing key of broadcast messages
+        ({"source_id": "a\nb"}, "source_id"),
+        ({"collection": "docs\x00x"}, "collection"),
+    ],
+)
+def test_keys_refuse_control_characters(changes, field):
+    with pytest.raises(InvalidEventError, match="must not contain control characters") as info:
+        decode_event(event(**changes))
+    assert info.value.field == field
+
+
+def test_an_unterminated_string_full_of_escapes_is_rejected_in_linear_time():
+    # Rescanning from every escape made this take days at a few megabytes; the test's timeout would catch it.
+    raw = b'{"schema":"streamdedup.document/v1","source_id":"' + b'\\"' * 1_000_000 + b"[" * 40
+    with pytest.raises(InvalidEventError):
+        decode_event(raw, EventLimits(depth=32))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "9999-12-31T23:59:59.999999Z",
+        "0001-01-01T00:00:00Z",
+        "1969-12-31T23:59:59.999999Z",
+        "2024-05-01T10:00:00Z",
+    ],
+)
+def test_timestamps_at_the_edges_render_exactly(text):
+    from streamdedup.core.model import format_timestamp
+
+    assert format_timestamp(parse_timestamp(text)) == text
+
+
+def test_a_timestamp_with_a_trailing_line_break_is_invalid():
+    with pytest.raises(InvalidEventError, match="modified_at"):
+        decode_event(event(modified_at="2024-05-01T10:00:00Z\n"))

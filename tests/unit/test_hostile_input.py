@@ -212,3 +212,35 @@ def test_run_dead_letters_an_event_its_handler_fails_on_and_applies_the_other_25
     assert letter["raw"] == encode_event(events[200]).decode()  # the line as it was read
     alone = run_embedded(Engine(EngineParams()), [e for e in events if e.source_id != "src-200"])
     assert _view(records).compacted(with_revision=False) == alone.compacted(with_revision=False)
+
+
+@pytest.mark.parametrize("lead", [b"", b" " * 2000, b"\t" * 2000])
+def test_a_line_over_the_limit_is_dead_lettered_whatever_it_starts_with(tmp_path: Path, lead):
+    good = encode_event(upsert("good", 1, ["kept"]))
+    path = tmp_path / "feed.jsonl"
+    path.write_bytes(lead + encode_event(upsert("long", 1, ["x" * 1500])) + b"\r\n" + good + b"\n")
+    outputs: list[Output] = []
+    runner = EmbeddedRunner(Engine(EngineParams()), MemoryStore())
+    report = run_file(runner, path, outputs.extend, batch_size=4, limits=EventLimits(bytes=1024))
+    (letter,) = [o.value for o in outputs if o.topic == "dlq"]
+    assert letter["origin"]["line"] == 1 and letter["origin"]["truncated_to"] == 1026
+    assert "exceeds the limit of 1024 bytes" in letter["error"]
+    assert (report.events, report.dead_letters) == (1, 1)
+
+
+class _FailingStore(MemoryStore):
+    def get(self, stage, partition, key):
+        raise OSError("disk gone")
+
+    def get_many(self, stage, partition, keys):
+        raise OSError("disk gone")
+
+
+def test_a_failing_store_is_not_blamed_on_the_input():
+    from streamdedup.errors import StateError
+
+    runner = EmbeddedRunner(Engine(EngineParams()), _FailingStore())
+    sent: list[Output] = []
+    with pytest.raises(StateError, match="disk gone"):
+        runner.process([upsert("a", 1, ["text"]), upsert("b", 1, ["more"])], sent.extend)
+    assert sent == [] and runner.counters.dead_letters == 0

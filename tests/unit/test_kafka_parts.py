@@ -230,3 +230,21 @@ def test_a_batch_is_acknowledged_only_after_it_was_handled(fails):
     asyncio.run(_consume(App(), Stream(), 10, 0.1, handle))
     assert acked == (["e1", "e2"] if fails else ["e1", "e2", "e3"])
     assert [str(e) for e in crashed] == (["broker gone"] if fails else [])
+
+
+def test_a_failing_table_is_not_blamed_on_the_input(tmp_path):
+    import asyncio
+
+    from streamdedup.errors import StateError
+
+    pipeline, Event, _, delivered, letters = _pipeline_with_fakes(tmp_path, fail_on_epoch=-1)
+
+    class BrokenTable(dict):
+        def get(self, key, default=None):
+            raise OSError("disk gone")
+
+    pipeline.tables["band"] = BrokenTable()
+    pipeline.engine.handle = lambda stage, messages, state: [state.get(m.band_key) for m in messages]
+    with pytest.raises(StateError, match="disk gone"):
+        asyncio.run(pipeline.run_stage("band", [Event(10, 1, 2)]))
+    assert letters == [] and delivered == []
