@@ -79,8 +79,6 @@ class EventLimits:
     principal_chars: int = 256
     #: Characters in ``uri``, ``title`` and ``collection``.
     string_chars: int = 4_096
-    #: Elements nested in the HTML of a Markdown or HTML document (an HTML5 parser's time grows with its square).
-    markup_depth: int = 1_000
 
 
 DEFAULT_LIMITS = EventLimits()
@@ -97,13 +95,6 @@ _RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]
 _STRUCTURE = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 _OPENERS = frozenset(b"[{")
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
-_HTML_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)")
-# Elements that never nest (void) or whose end tag may be left out (the parser closes them by itself): neither
-# counts towards the depth, so a page of unclosed <p> or <li> is not taken for a deep one.
-_HTML_FLAT = frozenset(
-    "area base br col embed hr img input link meta param source track wbr "
-    "p li dt dd tr td th option optgroup rt rp thead tbody tfoot colgroup caption html head body".split()
-)
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
 
@@ -213,35 +204,6 @@ def _metadata(value: Any, limits: EventLimits) -> dict[str, Any] | None:
     return value
 
 
-def _markup_depth(text: str, limit: int) -> int:
-    """Return how deep ``text``'s HTML elements nest, counting unclosed ones, or a number over ``limit`` early."""
-    if text.count("<") <= limit:
-        return 0  # cannot nest deeper than its number of tags
-    depth = deepest = 0
-    for match in _HTML_TAG.finditer(text):
-        if match.group(2).lower() in _HTML_FLAT:
-            continue
-        if match.group(1):
-            depth = max(0, depth - 1)
-        else:
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > limit:
-                    break
-    return deepest
-
-
-def _check_markup(texts: tuple[str, ...], field: str, content_type: str, limits: EventLimits) -> None:
-    if content_type == "text/plain":
-        return
-    for text in texts:
-        if _markup_depth(text, limits.markup_depth) > limits.markup_depth:
-            raise InvalidEventError(
-                f"HTML elements nested deeper than {limits.markup_depth} levels", field=field
-            )
-
-
 def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLimits) -> UpsertEvent:
     raw_time = _string(data, "modified_at", required=True)
     assert raw_time is not None
@@ -257,12 +219,7 @@ def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLim
     content_type = data.get("content_type", "text/plain")
     if content_type not in _CONTENT_TYPES:
         raise InvalidEventError(f"must be one of {', '.join(_CONTENT_TYPES)}", field="content_type")
-    if chunks is not None:
-        parts: tuple[str, ...] | None = _chunks(chunks, limits)
-        _check_markup(parts or (), "chunks", content_type, limits)
-    else:
-        parts = None
-        _check_markup((str(text),), "text", content_type, limits)
+    parts = _chunks(chunks, limits) if chunks is not None else None
     attrs = SourceAttrs(
         acl=_acl(data, limits),
         modified_at=modified_at,

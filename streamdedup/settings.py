@@ -75,9 +75,6 @@ class Settings(BaseSettings):
     max_event_string_chars: int = Field(
         DEFAULT_LIMITS.string_chars, ge=1, description="Characters in 'uri', 'title' and 'collection'."
     )
-    max_event_markup_depth: int = Field(
-        DEFAULT_LIMITS.markup_depth, ge=10, description="HTML elements nested in a Markdown or HTML document."
-    )
     fault_source_id: str | None = Field(
         None, description="Testing only: the source stage raises on every event of this source_id."
     )
@@ -148,7 +145,6 @@ class Settings(BaseSettings):
             acl=self.max_event_acl,
             principal_chars=self.max_event_principal_chars,
             string_chars=self.max_event_string_chars,
-            markup_depth=self.max_event_markup_depth,
         )
 
     def engine_params(self) -> EngineParams:

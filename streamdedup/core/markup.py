@@ -5,10 +5,11 @@ hash; outputs keep the original text. Markdown is parsed with markdown-it-py (Co
 selectolax's lexbor engine (an HTML5 parser). Code blocks and tables keep their content; emphasis, links and
 tags do not count as text.
 
-Nesting depth is not limited by Python's recursion limit: the HTML walks keep their own stacks, so text nested
-100,000 elements deep is kept. Lexbor takes time quadratic in the depth of nested block elements such as div,
-blockquote and li. markdown-it parses blocks 20 levels deep (the CommonMark preset's maxNesting) and drops what is
-nested deeper; below a list that deep (about 10 nested lists) it drops the rest of the document too.
+Nesting depth is not limited by Python's recursion limit: the HTML walks keep their own stacks. An HTML5 parser's
+time grows with the square of the nesting depth, so HTML nested deeper than :data:`MAX_HTML_DEPTH` elements is
+reduced to text without a parser (tags removed, entities decoded), which keeps its text at a linear cost.
+markdown-it parses blocks 20 levels deep (the CommonMark preset's maxNesting) and drops the rest of the document
+past that; from the block that nests too deep on, the document is kept as plain paragraphs instead.
 
 >>> [b.plain for b in blocks("# Reset\\n\\nOpen **Settings** and [reset](/r) it.", "text/markdown")]
 ['Reset', 'Open Settings and reset it.']
@@ -20,6 +21,7 @@ nested deeper; below a list that deep (about 10 nested lists) it drops the rest 
 
 from __future__ import annotations
 
+import html as html_lib
 import re
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -27,11 +29,21 @@ from typing import Any, NamedTuple
 from markdown_it import MarkdownIt
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-__all__ = ["Block", "blocks", "paragraphs", "plain_text"]
+from streamdedup.core.nesting import too_deep
+
+__all__ = ["MAX_HTML_DEPTH", "Block", "blocks", "paragraphs", "plain_text"]
 
 _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
 
 _MARKDOWN = MarkdownIt("commonmark").enable("table")
+
+_SPACES = re.compile(r"[ \t]{2,}")
+#: HTML whose elements nest deeper than this is reduced to text without a parser (see :mod:`.nesting`).
+MAX_HTML_DEPTH = 1_000
+_STRIP = re.compile(
+    r"<!--(?:-?>|.*?(?:--!?>|\Z))|<(script|style)\b.*?(?:</\1\s*>|\Z)|</?[A-Za-z][^>]*>?",
+    re.DOTALL | re.IGNORECASE,
+)
 
 _HTML_SKIP = frozenset(
     {"script", "style", "template", "noscript", "head", "title", "meta", "link", "iframe", "svg"}
@@ -255,14 +267,24 @@ def _html_text(node: LexborNode) -> str:
 
 
 def _html_fragment_text(html: str) -> str:
+    if too_deep(html, limit=MAX_HTML_DEPTH):
+        return _clean(_tags_removed(html))
     parser = LexborHTMLParser(f"<body>{html}</body>")
     return _html_text(parser.body) if parser.body is not None else ""
 
 
 def _html_blocks(text: str) -> Iterator[Block]:
+    if too_deep(text, limit=MAX_HTML_DEPTH):
+        yield from (Block("paragraph", part, part) for part in paragraphs(_tags_removed(text)))
+        return
     parser = LexborHTMLParser(text)
     if parser.body is not None:
         yield from _html_walk(parser.body)
+
+
+def _tags_removed(html: str) -> str:
+    """Return the text of HTML too deep to parse: comments, scripts, styles and tags removed, entities decoded."""
+    return html_lib.unescape(_SPACES.sub(" ", _STRIP.sub(" ", html)))
 
 
 def _html_walk(container: LexborNode) -> Iterator[Block]:

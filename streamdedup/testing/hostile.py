@@ -133,14 +133,6 @@ HOSTILE_KINDS: dict[str, _Maker] = {
         **r.choice(({"version": "3"}, {"version": 1.5}, {"version": True}, {"source_id": 5}, {"schema": 1})),
     ),
     "oversized": _oversized,
-    "deep_html": lambda r, b, lim: _with(
-        _upsert_base(b),
-        content_type="text/html",
-        text="<div>" * r.choice((lim.markup_depth + 1, 100_000)) + "x",
-    ),
-    "deep_html_in_markdown": lambda r, b, lim: _with(
-        _upsert_base(b), content_type="text/markdown", text="# T\n\n" + "<section>" * (lim.markup_depth + 1)
-    ),
 }
 
 

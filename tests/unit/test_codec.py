@@ -169,21 +169,6 @@ def test_bounds_name_the_field_and_the_bound(changes, field, message):
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize("content_type", ["text/html", "text/markdown"])
-def test_markup_nested_too_deep_is_invalid_and_unclosed_paragraphs_are_not_deep(content_type):
-    limits = EventLimits(markup_depth=50)
-    deep = "<div>" * 40 + "<blockquote>" * 11 + "x"
-    with pytest.raises(InvalidEventError, match="text: HTML elements nested deeper than 50 levels"):
-        decode_event(event(text=deep, content_type=content_type), limits)
-    with pytest.raises(InvalidEventError, match="chunks: HTML elements nested deeper than 50 levels"):
-        decode_event(event(text=..., chunks=["ok", deep], content_type=content_type), limits)
-    flat = "<div>" * 40 + "<p>a" * 500 + "<ul>" + "<li>b<br>" * 500 + "</ul>" + "</div>" * 40 + "<div>" * 10
-    assert decode_event(event(text=flat, content_type=content_type), limits).text == flat
-    assert (
-        decode_event(event(text=deep, content_type="text/plain"), limits).text == deep
-    )  # no markup in plain
-
-
 def test_events_within_the_bounds_pass():
     within = event(
         text=...,
