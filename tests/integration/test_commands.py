@@ -69,3 +69,19 @@ def test_a_worker_refuses_other_dedup_parameters(deployment):
     result = cli(deployment, "--threshold", "0.9", "worker", "--data-dir", str(deployment.root / "other"))
     assert result.returncode == 1
     assert "threshold=0.8 (settings say 0.9)" in " ".join(result.stderr.split())
+
+
+def test_a_worker_refuses_topics_with_another_partition_count(deployment):
+    # The deployment created every topic with 4 partitions, the tables' changelogs included.
+    env_two = {**deployment.env, "STREAMDEDUP_PARTITIONS": "2"}
+    result = subprocess.run(
+        [sys.executable, "-m", "streamdedup.cli", "worker", "--data-dir", str(deployment.root / "two")],
+        env={**os.environ, **env_two},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    said = " ".join(result.stderr.split())
+    assert "has 4 partitions but STREAMDEDUP_PARTITIONS is 2" in said
