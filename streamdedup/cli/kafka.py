@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,9 @@ import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 from rich.console import Console
+from rich.progress import DownloadColumn
 
+from streamdedup.cli.run import progress_bar
 from streamdedup.codec import EventLimits, decode_event, encode_output_line, parse_json
 from streamdedup.core.messages import Output
 from streamdedup.core.view import COMPACTED_TOPICS, View
@@ -97,7 +100,9 @@ def _key_of(line: bytes, limits: EventLimits) -> tuple[bytes | None, bool]:
     return None, False
 
 
-async def _produce(settings: Settings, path: Path, skip_invalid: bool) -> ProduceReport:
+async def _produce(
+    settings: Settings, path: Path, skip_invalid: bool, progress: Callable[[int], None]
+) -> ProduceReport:
     await ensure_topics(settings)
     topic = TopicNames(settings.topic_prefix).documents
     limits = settings.event_limits()
@@ -112,7 +117,10 @@ async def _produce(settings: Settings, path: Path, skip_invalid: bool) -> Produc
     try:
         pending = []
         with path.open("rb") as handle:
-            for line, _, cut in read_lines(handle, MAX_MESSAGE_BYTES - 1024):
+            done = 0
+            for line, size, cut in read_lines(handle, MAX_MESSAGE_BYTES - 1024):
+                done += size
+                progress(done)
                 if cut:
                     report.invalid += 1
                     report.too_large += 1
@@ -146,7 +154,11 @@ def produce_command(settings: Settings, path: Path, console: Console, *, skip_in
     A line that is not a valid event is sent as it is (the worker dead-letters it, as it would a connector's), or
     skipped with ``skip_invalid``; nothing in the file stops the command.
     """
-    report = asyncio.run(_produce(settings, path, skip_invalid))
+    with progress_bar(console, DownloadColumn(), label="produce") as progress:
+        task = progress.add_task(path.name, total=path.stat().st_size)
+        report = asyncio.run(
+            _produce(settings, path, skip_invalid, lambda done: progress.update(task, completed=done))
+        )
     console.print(report.describe(TopicNames(settings.topic_prefix).documents, settings.broker))
 
 

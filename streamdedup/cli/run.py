@@ -32,7 +32,7 @@ from streamdedup.errors import ConfigurationError
 from streamdedup.settings import Settings
 from streamdedup.store.rocksdb import RocksDBStore
 
-__all__ = ["run_command", "summary_table"]
+__all__ = ["progress_bar", "run_command", "summary_table"]
 
 
 @contextmanager
@@ -70,7 +70,7 @@ def run_command(
     if not source.is_dir():
         if watch:
             raise ConfigurationError("--watch needs a folder to watch, not a file")
-        progress = _progress(console, DownloadColumn())
+        progress = progress_bar(console, DownloadColumn())
         with _opened(settings, state, out) as (runner, sink), progress:
             task = progress.add_task(source.name, total=source.stat().st_size)
             report = run_file(
@@ -102,9 +102,10 @@ def run_command(
         console.print(f"outputs appended to {out}; state in {state}")
 
 
-def _progress(console: Console, done: ProgressColumn) -> Progress:
+def progress_bar(console: Console, done: ProgressColumn, *, label: str = "dedup") -> Progress:
+    """Return the progress display of long commands: what, a bar, how much is done, and the time left."""
     return Progress(
-        TextColumn("[bold]dedup[/bold] {task.description}"),
+        TextColumn(f"[bold]{label}[/bold] {{task.description}}"),
         BarColumn(),
         done,
         TimeRemainingColumn(),
@@ -124,7 +125,7 @@ def _sync_folder(
     items = feed.sync()
     if not items:
         return 0
-    with _progress(console, MofNCompleteColumn()) as progress:
+    with progress_bar(console, MofNCompleteColumn()) as progress:
         task = progress.add_task(str(feed.root), total=len(items))
         for start in range(0, len(items), batch_size):
             batch = items[start : start + batch_size]
