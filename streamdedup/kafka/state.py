@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping
 
-from streamdedup.store.base import store_errors
+from streamdedup.store.base import state_error
 
 __all__ = ["TableState"]
 
@@ -26,8 +26,10 @@ class TableState:
     def get(self, key: str) -> bytes | None:
         """Return the value of ``key``, reading the table once per batch."""
         if key not in self._values:
-            with store_errors():
+            try:
                 self._values[key] = self._table.get(key.encode("utf-8"))
+            except Exception as exc:
+                raise state_error(exc) from exc
         return self._values[key]
 
     def put(self, key: str, value: bytes) -> None:
