@@ -18,7 +18,7 @@ from aiokafka.errors import MessageSizeTooLargeError
 from rich.console import Console
 from rich.progress import DownloadColumn
 
-from streamdedup.cli.run import progress_bar
+from streamdedup.cli.progress import progress_bar
 from streamdedup.codec import EventLimits, decode_event, encode_output_line, parse_json
 from streamdedup.core.messages import Output
 from streamdedup.core.view import COMPACTED_TOPICS, View

@@ -12,17 +12,10 @@ from types import FrameType
 
 import watchfiles
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import DownloadColumn, MofNCompleteColumn
 from rich.table import Table
 
+from streamdedup.cli.progress import progress_bar
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.drivers.embedded import EmbeddedRunner, Origin, RunCounters
@@ -32,7 +25,7 @@ from streamdedup.errors import ConfigurationError
 from streamdedup.settings import Settings
 from streamdedup.store.rocksdb import RocksDBStore
 
-__all__ = ["progress_bar", "run_command", "summary_table"]
+__all__ = ["run_command", "summary_table"]
 
 
 @contextmanager
@@ -100,18 +93,6 @@ def run_command(
     console.print(summary_table(report, counters, time.monotonic() - started))
     if out != "-":
         console.print(f"outputs appended to {out}; state in {state}")
-
-
-def progress_bar(console: Console, done: ProgressColumn, *, label: str = "dedup") -> Progress:
-    """Return the progress display of long commands: what, a bar, how much is done, and the time left."""
-    return Progress(
-        TextColumn(f"[bold]{label}[/bold] {{task.description}}"),
-        BarColumn(),
-        done,
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
-    )
 
 
 def _sync_folder(

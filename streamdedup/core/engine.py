@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from streamdedup.core.messages import BROADCAST, Message, Output, route
-from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
+from streamdedup.core.model import InputEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
 from streamdedup.core.policy import CanonicalPolicy
@@ -25,8 +25,6 @@ from streamdedup.core.stages import BandStage, CollectionStage, ContentStage, So
 from streamdedup.core.state import PartitionState
 
 __all__ = ["Engine", "InjectedFault", "StageHandler"]
-
-_INPUT_EVENTS = (UpsertEvent, DeleteEvent, AclEvent)
 
 
 class StageHandler(Protocol):
@@ -68,7 +66,7 @@ class Engine:
         """Run one stage on a batch of messages for one of its partitions."""
         if self.fault_source_id is not None and stage == "source":
             for message in messages:
-                if isinstance(message, _INPUT_EVENTS) and message.source_id == self.fault_source_id:
+                if isinstance(message, InputEvent) and message.source_id == self.fault_source_id:
                     raise InjectedFault(f"injected fault on an event of {message.source_id!r}")
         return self.stages[stage].handle(messages, state)
 

@@ -39,7 +39,7 @@ from aiokafka.errors import MessageSizeTooLargeError, RecordTooLargeError
 from streamdedup.codec import decode_event, encode_for_dead_letter
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output
-from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
+from streamdedup.core.model import InputEvent
 from streamdedup.core.partitioning import partition_for
 from streamdedup.errors import InvalidEventError, StateError
 from streamdedup.kafka.batches import decode_batch, encode_batches
@@ -52,7 +52,6 @@ __all__ = ["Pipeline", "build_app"]
 
 logger = logging.getLogger(__name__)
 _json = msgspec.json.Encoder()
-_INPUT_EVENTS = (UpsertEvent, DeleteEvent, AclEvent)
 
 
 class _InputFailure(Exception):
@@ -201,7 +200,7 @@ class Pipeline:
                 raise _InputFailure(exc) from exc
             state.write_back()
         if stage == "source":
-            self.metrics.events_processed.inc(sum(1 for m in messages if isinstance(m, _INPUT_EVENTS)))
+            self.metrics.events_processed.inc(sum(1 for m in messages if isinstance(m, InputEvent)))
 
     async def _apply_one_at_a_time(self, stage: str, carried: list[tuple[Any, Message]]) -> None:
         """Apply each message on its own; dead-letter the ones that fail, with the error and their origin."""
@@ -213,7 +212,7 @@ class Pipeline:
                 exc = failure.error
                 error = f"processing failed in stage {stage} ({type(exc).__name__}: {exc})"
                 logger.warning("dead-lettering a %s message: %s", stage, error)
-                if isinstance(message, _INPUT_EVENTS):
+                if isinstance(message, InputEvent):
                     value, key, reason = (
                         encode_for_dead_letter(message),
                         message.source_id.encode("utf-8"),
