@@ -24,7 +24,8 @@ import re
 
 __all__ = ["too_deep"]
 
-_TAG = re.compile(r"<(/?)([A-Za-z][^\s/>]*)([^>]*)>?")
+# A comment's start, or a tag: whether it closes, its name, and what follows the name up to ">".
+_TOKEN = re.compile(r"<(?:(!--)|(/?)([A-Za-z][^\s/>]*)([^>]*)>?)")
 _COMMENT_END = re.compile(r"--!?>")
 # Elements that never hold others, or whose end tag the parser supplies when the next one of the kind starts.
 _FLAT = frozenset(
@@ -48,20 +49,14 @@ def too_deep(text: str, *, limit: int) -> bool:
     stack: list[str] = []
     open_count: dict[str, int] = {}
     foreign = 0  # open svg and math elements
-    position, end = 0, len(text)
-    while position < end:
-        start = text.find("<", position)
-        if start < 0:
-            break
-        if text.startswith("<!--", start):
-            position = _comment_end(text, start + 4)
-            continue
-        match = _TAG.match(text, start)
-        if match is None:
-            position = start + 1
-            continue
+    search, position, end = _TOKEN.search, 0, len(text)
+    while (match := search(text, position)) is not None:
+        comment, closing, name, rest = match.groups()
         position = match.end()
-        closing, name, rest = match.group(1), match.group(2).lower(), match.group(3)
+        if comment:
+            position = _comment_end(text, position)
+            continue
+        name = name.lower()
         if closing:
             if open_count.get(name):
                 while stack:
@@ -71,6 +66,8 @@ def too_deep(text: str, *, limit: int) -> bool:
                     if top == name:
                         break
             continue
+        if name in _FLAT and not foreign:
+            continue  # the commonest case, decided first
         if foreign and name in _BREAKOUT:
             while foreign and stack:  # leave foreign content: close up to the outermost svg or math
                 top = stack.pop()
