@@ -33,8 +33,8 @@ from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.core.state import ContentRecord, SourceRecord
 from streamdedup.drivers.embedded import EmbeddedRunner
-from streamdedup.kafka.admin import ensure_topics
-from streamdedup.kafka.topics import TopicNames
+from streamdedup.drivers.kafka.admin import ensure_topics
+from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.settings import Settings
 from streamdedup.store.rocksdb import RocksDBStore
 

@@ -39,8 +39,8 @@ from benchmarks.common import django_chunks, save
 from streamdedup.codec import encode_event
 from streamdedup.core.messages import STAGES
 from streamdedup.core.model import SourceAttrs, UpsertEvent
-from streamdedup.kafka.admin import consumer_lag, ensure_topics
-from streamdedup.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
+from streamdedup.drivers.kafka.admin import consumer_lag, ensure_topics
+from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,7 +212,7 @@ def _wait_idle(settings: Settings, timeout: float = 900) -> float:
 
 def _messages_written(settings: Settings) -> dict[str, int]:
     """Return how many messages the workers wrote: to changelogs, stage topics and output topics."""
-    from streamdedup.kafka.admin import partitions_of
+    from streamdedup.drivers.kafka.admin import partitions_of
 
     async def count() -> dict[str, int]:
         prefix = settings.topic_prefix

@@ -100,19 +100,22 @@ class Settings(BaseSettings):
         1, ge=1, description="Replication factor of the topics the worker creates."
     )
     data_dir: Path = Field(
-        Path("streamdedup-data"), description="Worker directory for the RocksDB table state."
+        Path("streamdedup-data"), description="Worker directory for the partition stores (RocksDB)."
     )
     web_host: str = Field("127.0.0.1", description="Host of the worker's web server (metrics, health).")
     web_port: int = Field(6066, ge=1, le=65535, description="Port of the worker's web server.")
     max_batch_bytes: int = Field(
         512 * 1024, ge=1024, description="Largest internal batch message before splitting."
     )
-    ingest_batch: int = Field(500, ge=1, description="Input events the ingest agent takes at once.")
-    ingest_wait: float = Field(0.05, gt=0, description="Seconds the ingest agent waits to fill a batch.")
-    stage_batch: int = Field(200, ge=1, description="Batch messages a stage agent takes at once.")
-    stage_wait: float = Field(0.01, gt=0, description="Seconds a stage agent waits to fill its batch.")
-    standby_replicas: int = Field(
-        0, ge=0, description="Standby copies of each table partition on other workers."
+    fetch_records: int = Field(
+        2000, ge=1, description="Kafka messages a worker takes in one round (one handler call per partition)."
+    )
+    fetch_wait: float = Field(0.05, gt=0, description="Seconds a worker waits for messages to fill a round.")
+    internal_compression: str = Field(
+        "", description="Compression codec of what the worker sends ('', 'gzip', 'lz4', 'zstd', 'snappy')."
+    )
+    fault_kill_at: str | None = Field(
+        None, description="Testing only: 'point:n' kills the worker the n-th time it passes a fault point."
     )
     commit_interval: float = Field(1.0, gt=0, description="Seconds between consumer offset commits.")
 

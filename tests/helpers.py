@@ -36,3 +36,10 @@ def run_embedded(engine: Engine, events: Sequence[InputEvent], *, batch: int = 1
     for start in range(0, len(events), batch):
         view.apply_all(runner.process(list(events[start : start + batch]), lambda outputs: None))
     return view
+
+
+def embedded_review_keys(engine: Engine, events: Sequence[InputEvent]) -> list[tuple[str, str]]:
+    """Return the distinct (reason, key) pairs an embedded run of ``events`` flags for review, sorted."""
+    runner = EmbeddedRunner(engine, MemoryStore())
+    outputs = runner.process(list(events), lambda outputs: None)
+    return sorted({(o.value["reason"], o.key) for o in outputs if o.topic == "review" and o.value and o.key})

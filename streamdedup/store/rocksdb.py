@@ -6,6 +6,7 @@ A commit is one ``WriteBatch``: the state changes of a batch and its progress me
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -27,13 +28,19 @@ _MAX_WAL_BYTES = 64 * 1024 * 1024
 _WRITE_BUFFER_BYTES = 64 * 1024 * 1024  # RocksDB's default memtable size, named so tests can make it small
 
 
-def _options(cache: rocksdict.Cache | None = None) -> rocksdict.Options:
+@functools.cache
+def shared_cache() -> rocksdict.Cache:
+    """Return the block cache that the stores of one process share (a worker opens one store per partition)."""
+    return rocksdict.Cache(_BLOCK_CACHE_BYTES)
+
+
+def _options(cache: rocksdict.Cache | None = None, write_buffer: int | None = None) -> rocksdict.Options:
     options = rocksdict.Options(raw_mode=True)
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_compression_type(rocksdict.DBCompressionType.lz4())
     options.set_max_total_wal_size(_MAX_WAL_BYTES)
-    options.set_write_buffer_size(_WRITE_BUFFER_BYTES)
+    options.set_write_buffer_size(write_buffer or _WRITE_BUFFER_BYTES)
     table = rocksdict.BlockBasedOptions()
     # Most lookups are for keys that do not exist yet (a new content's LSH buckets, a new content hash): a Bloom
     # filter answers those without reading any data block, however large the state grows.
@@ -51,26 +58,42 @@ def _address(partition: int, key: str) -> bytes:
 
 
 class RocksDBStore:
-    """Stage state in a RocksDB database under ``path``."""
+    """Stage state in a RocksDB database under ``path``.
 
-    def __init__(self, path: str | Path) -> None:
+    ``families`` are the keyed families it holds (every stage's and the view's by default; a worker's partition
+    store holds its stage's alone); ``cache`` is a block cache to share with other stores, ``write_buffer_bytes``
+    the memtable size of each family.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        families: tuple[str, ...] = FAMILIES,
+        cache: rocksdict.Cache | None = None,
+        write_buffer_bytes: int | None = None,
+    ) -> None:
         self.path = Path(path)
+        names = (*families, _META)
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            cache = rocksdict.Cache(_BLOCK_CACHE_BYTES)  # shared by every column family
-            families = {name: _options(cache) for name in (*FAMILIES, _META)}
+            cache = cache or rocksdict.Cache(_BLOCK_CACHE_BYTES)  # shared by every column family
+            options = {name: _options(cache, write_buffer_bytes) for name in names}
             self._db = rocksdict.Rdict(
-                str(self.path / "db"), options=_options(cache), column_families=families
+                str(self.path / "db"), options=_options(cache, write_buffer_bytes), column_families=options
             )
         except Exception as exc:
             raise StateError(f"cannot open the state at {self.path}: {exc}") from exc
-        self._families = {name: self._db.get_column_family(name) for name in (*FAMILIES, _META)}
-        self._handles = {name: self._db.get_column_family_handle(name) for name in (*FAMILIES, _META)}
+        self._families = {name: self._db.get_column_family(name) for name in names}
+        self._handles = {name: self._db.get_column_family_handle(name) for name in names}
+        self._closed = False
 
     def _family(self, name: str) -> rocksdict.Rdict:
         family = self._families.get(name)
         if family is None:
-            raise StateError(f"the state at {self.path} is closed")
+            if self._closed:
+                raise StateError(f"the state at {self.path} is closed")
+            raise StateError(f"the state at {self.path} holds no family {name!r}")
         return family
 
     def get(self, stage: str, partition: int, key: str) -> bytes | None:
@@ -113,8 +136,9 @@ class RocksDBStore:
 
     def close(self) -> None:
         """Flush and close the database, releasing its lock."""
-        if not self._families:
+        if self._closed:
             return
+        self._closed = True
         for family in self._families.values():
             family.close()
         self._families.clear()

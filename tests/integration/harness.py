@@ -22,8 +22,8 @@ from streamdedup.codec import encode_event
 from streamdedup.core.messages import STAGES
 from streamdedup.core.model import InputEvent
 from streamdedup.core.view import View
-from streamdedup.kafka.admin import consumer_lag, ensure_topics
-from streamdedup.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
+from streamdedup.drivers.kafka.admin import consumer_lag, ensure_topics
+from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -189,7 +189,7 @@ class Deployment:
 
 def dlq_records(deployment: Deployment) -> list[dict[str, Any]]:
     """Return the records of the deployment's dlq topic with their headers."""
-    from streamdedup.kafka.admin import read_to_end
+    from streamdedup.drivers.kafka.admin import read_to_end
 
     async def read() -> list[dict[str, Any]]:
         out = []

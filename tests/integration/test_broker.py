@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -58,8 +59,21 @@ async def _read(servers: str) -> tuple[list[bytes], set[str]]:
         await consumer.stop()
 
 
+def _free_pair(start: int) -> int:
+    """Return a port that is free, with the next one (the controller's) free too."""
+    for port in range(start, start + 200, 2):
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
+    raise AssertionError(f"no two free ports from {start}")
+
+
 def test_a_restarted_broker_keeps_its_data_until_wiped(tmp_path: Path):
-    port = PORT + 20
+    port = _free_pair(PORT + 20)
     servers = f"127.0.0.1:{port}"
     env = {**os.environ, "KAFKA_PORT": str(port), "KAFKA_HOME_DIR": str(tmp_path / "kafka")}
     try:

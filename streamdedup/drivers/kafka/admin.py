@@ -16,8 +16,8 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from streamdedup.core.messages import STAGES
 from streamdedup.core.params import describe_mismatch
 from streamdedup.core.view import OUTPUT_TOPICS
+from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames, topic_config
 from streamdedup.errors import ConfigurationError, StateMismatchError, StreamDedupError
-from streamdedup.kafka.topics import MAX_MESSAGE_BYTES, TopicNames, topic_config
 from streamdedup.settings import Settings
 
 __all__ = [
@@ -44,8 +44,7 @@ def _wanted_topics(settings: Settings) -> dict[str, tuple[int, dict[str, str]]]:
     }
     for stage in STAGES:
         wanted[names.stage(stage)] = (settings.partitions, {"max.message.bytes": str(MAX_MESSAGE_BYTES)})
-        # Created here, before any agent runs: a changelog that Faust creates itself can still be missing from
-        # the client's metadata at the table's first write, which Faust takes for a partition mismatch.
+        # Every topic, the changelogs included, exists with its partition count checked before a worker consumes.
         wanted[names.changelog(stage)] = (
             settings.partitions,
             {"cleanup.policy": "compact", "max.message.bytes": str(MAX_MESSAGE_BYTES)},

@@ -58,6 +58,34 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.sends = Counter(
+            "streamdedup_kafka_sends",
+            "Record batches sent to Kafka (one send each), by what they carry.",
+            ["kind"],
+            registry=r,
+        )
+        self.changelog_records = Counter(
+            "streamdedup_changelog_records", "Key writes sent to the stages' changelogs.", registry=r
+        )
+        self.skipped = Counter(
+            "streamdedup_skipped_messages",
+            "Stage topic messages read again after a restart and dropped: their partition store had applied them.",
+            registry=r,
+        )
+        self.recovery_seconds = Histogram(
+            "streamdedup_recovery_seconds",
+            "Time to bring the partition stores of an assignment up to their changelogs' ends.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.recovered_records = Counter(
+            "streamdedup_recovered_records", "Changelog records replayed into partition stores.", registry=r
+        )
+        self.commit_repairs = Counter(
+            "streamdedup_commit_repairs",
+            "Offsets committed again because the committed offset stayed behind the applied one.",
+            registry=r,
+        )
         self.lag = Gauge(
             "streamdedup_consumer_lag",
             "Messages not yet processed, per topic partition.",

@@ -1,0 +1,3 @@
+"""The Kafka driver: a worker group applies the engine's stages to topic partitions, state in partition stores."""
+
+__all__: list[str] = []

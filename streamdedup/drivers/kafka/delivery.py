@@ -1,0 +1,136 @@
+"""Sending what a handler call produced: one record batch per topic partition, awaited together.
+
+A :class:`Sends` collects records by topic partition and sends each partition's records as record batches built
+with the producer's public batch API, so a call costs one send per destination partition, however many records
+it holds. Keyed records go to the partition Kafka's default partitioner would choose (murmur2 of the key), so
+that any other producer of the same key agrees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
+
+from streamdedup.drivers.kafka.metrics import Metrics
+
+__all__ = ["FaultPoints", "Sends", "TopicPartitions"]
+
+_partitioner = DefaultPartitioner()
+
+
+class FaultPoints:
+    """Where a test asked the worker to kill itself (``STREAMDEDUP_FAULT_KILL_AT``: ``point:n[,point:n]``).
+
+    The worker sends itself SIGKILL the n-th time it passes the point: ``changelog-sent`` (after a call's changelog
+    records were acknowledged, before its write batch), ``state-committed`` (after the write batch, before the
+    input offset is committed) and ``outputs-partial`` (after the first of a call's output batches was delivered,
+    before the others were sent). Tests only; unset, nothing happens.
+    """
+
+    POINTS = ("changelog-sent", "state-committed", "outputs-partial")
+
+    def __init__(self, spec: str | None) -> None:
+        self._left: dict[str, int] = {}
+        for part in (spec or "").split(","):
+            if not part.strip():
+                continue
+            point, _, count = part.strip().partition(":")
+            if point not in self.POINTS:
+                raise ValueError(f"unknown fault point {point!r}; one of {', '.join(self.POINTS)}")
+            self._left[point] = int(count or "1")
+
+    def passed(self, point: str) -> None:
+        """Kill the process if this is the n-th pass of ``point``."""
+        if point in self._left:
+            self._left[point] -= 1
+            if self._left[point] <= 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+class TopicPartitions:
+    """The partition numbers of the topics a worker writes to, looked up once."""
+
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self._producer = producer
+        self._known: dict[str, list[int]] = {}
+
+    async def load(self, topics: Sequence[str]) -> None:
+        """Look up the partitions of ``topics``."""
+        for topic in topics:
+            self._known[topic] = sorted(await self._producer.partitions_for(topic))
+
+    def for_key(self, topic: str, key: bytes | None) -> int:
+        """Return the partition of ``key`` in ``topic`` (a random one for no key)."""
+        parts = self._known[topic]
+        return int(_partitioner(key, parts, parts))
+
+
+@dataclass
+class _Batches:
+    builders: list[Any] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+
+
+class Sends:
+    """The records of one handler call, by topic partition, sent as record batches."""
+
+    def __init__(
+        self, producer: AIOKafkaProducer, metrics: Metrics, faults: FaultPoints, kind: str = "output"
+    ) -> None:
+        self._producer = producer
+        self._metrics = metrics
+        self._faults = faults
+        self._kind = kind
+        self._by_tp: dict[tuple[str, int], _Batches] = {}
+        self.records = 0
+
+    def add(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
+        """Queue one record for ``topic``/``partition``."""
+        batches = self._by_tp.setdefault((topic, partition), _Batches())
+        if not batches.builders or (
+            batches.builders[-1].append(timestamp=None, key=key, value=value, headers=list(headers)) is None
+        ):
+            builder = self._producer.create_batch()
+            builder.append(timestamp=None, key=key, value=value, headers=list(headers))
+            batches.builders.append(builder)
+            batches.counts.append(0)
+        batches.counts[-1] += 1
+        self.records += 1
+
+    def __bool__(self) -> bool:
+        return bool(self._by_tp)
+
+    async def send(self) -> dict[tuple[str, int], int]:
+        """Send every batch and wait until Kafka has all of them; return the last offset per topic partition."""
+        pending: list[tuple[tuple[str, int], int, asyncio.Future[Any]]] = []
+        cut = self._kind == "output" and sum(len(b.builders) for b in self._by_tp.values()) > 1
+        for (topic, partition), batches in self._by_tp.items():
+            for builder, count in zip(batches.builders, batches.counts, strict=True):
+                future = await self._producer.send_batch(builder, topic, partition=partition)
+                self._metrics.sends.labels(self._kind).inc()
+                pending.append(((topic, partition), count, future))
+                if cut:
+                    await future  # the first batch is in Kafka, the others not yet sent
+                    self._faults.passed("outputs-partial")
+                    cut = False
+        self._by_tp = {}
+        last: dict[tuple[str, int], int] = {}
+        if pending:
+            results = await asyncio.gather(*(future for _, _, future in pending))
+            for (tp, count, _), metadata in zip(pending, results, strict=True):
+                last[tp] = max(last.get(tp, -1), int(metadata.offset) + count - 1)
+        return last

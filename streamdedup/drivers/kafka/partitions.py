@@ -1,0 +1,175 @@
+"""A worker's partition stores: one RocksDB store per assigned (stage, partition), and their recovery.
+
+Each store holds the partition's state and two offsets, committed in the same write batch as the state:
+
+- ``applied``: the last offset of the stage topic partition whose messages the state includes. Messages at or
+  below it are dropped when they are read again (after a crash, the consumer group's committed offset may be
+  behind it);
+- ``changelog``: the offset of the last changelog record the state includes.
+
+Recovery brings a store up to the end of its changelog before the partition is processed: it replays the log from
+the record after ``changelog`` (from the start when there is no local state), whole calls only (see
+:mod:`.changelog`). The changelog is the partition's truth; when the local store and the log disagree, the log
+wins and the store is rebuilt from the start of the log:
+
+- the store's changelog offset is below the log's start (the records it would need were deleted), or
+- it is at or past the log's end (the topic was deleted and created again, or the broker lost its data): the
+  local state includes records the log does not have.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from streamdedup.core.params import EngineParams
+from streamdedup.drivers.kafka.changelog import AppliedCall, Replay
+from streamdedup.errors import StateError
+from streamdedup.store.base import Transaction, check_params
+from streamdedup.store.rocksdb import RocksDBStore, shared_cache
+
+__all__ = ["PartitionStore", "RecoveryReport", "recover"]
+
+logger = logging.getLogger(__name__)
+
+APPLIED_KEY = "applied-offset"
+CHANGELOG_KEY = "changelog-offset"
+_WRITE_BUFFER_BYTES = 8 * 1024 * 1024  # many stores share a worker's memory
+_REPLAY_COMMIT_RECORDS = 20_000  # records replayed per write batch
+
+
+def _offset(raw: bytes | None) -> int:
+    return -1 if raw is None else int(raw)
+
+
+class PartitionStore:
+    """The state of one stage partition on this worker, with its applied input and changelog offsets."""
+
+    def __init__(self, root: Path, stage: str, partition: int, params: EngineParams) -> None:
+        self.stage, self.partition, self.params = stage, partition, params
+        self.path = root / f"{stage}-{partition}"
+        self._open()
+
+    def _open(self) -> None:
+        self.store = RocksDBStore(
+            self.path, families=(self.stage,), cache=shared_cache(), write_buffer_bytes=_WRITE_BUFFER_BYTES
+        )
+        check_params(self.store, self.params, where=str(self.path))
+        self.applied = _offset(self.store.get_meta(APPLIED_KEY))
+        self.changelog = _offset(self.store.get_meta(CHANGELOG_KEY))
+
+    @property
+    def empty(self) -> bool:
+        """Whether the store has never taken a changelog record."""
+        return self.changelog < 0
+
+    def transaction(self) -> Transaction:
+        """Return a transaction over the store (its changes are this partition's)."""
+        return Transaction(self.store)
+
+    def commit(self, txn: Transaction, *, applied: int, changelog: int) -> None:
+        """Commit ``txn`` with the offsets it brings the store to, in one write batch."""
+        applied = max(applied, self.applied)
+        changelog = max(changelog, self.changelog)
+        txn.meta[APPLIED_KEY] = str(applied).encode()
+        txn.meta[CHANGELOG_KEY] = str(changelog).encode()
+        txn.commit()
+        self.applied, self.changelog = applied, changelog
+
+    def apply_calls(self, calls: Iterable[AppliedCall]) -> int:
+        """Write replayed calls in one write batch; return how many records they held."""
+        txn = self.transaction()
+        applied, last, records = self.applied, self.changelog, 0
+        for call in calls:
+            for key, value in call.writes.items():
+                txn.changes[(self.stage, self.partition, key)] = value
+            records += len(call.writes)
+            applied, last = max(applied, call.applied), max(last, call.last_offset)
+        if records:
+            self.commit(txn, applied=applied, changelog=last)
+        return records
+
+    def current(self, keys: Iterable[str]) -> dict[str, bytes | None]:
+        """Return the stored value of each key (None where absent)."""
+        wanted = list(keys)
+        values = self.store.get_many(self.stage, self.partition, wanted) if wanted else []
+        return dict(zip(wanted, values, strict=True))
+
+    def wipe(self) -> None:
+        """Drop every local record of the partition (the changelog is replayed from its start afterwards)."""
+        self.store.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._open()
+
+    def close(self) -> None:
+        """Close the store (its files stay for the next assignment)."""
+        self.store.close()
+
+
+@dataclass
+class RecoveryReport:
+    """What recovery did for one partition."""
+
+    stage: str
+    partition: int
+    records: int = 0
+    rebuilt: str = ""  # why the local store was dropped and rebuilt, or empty
+    trailing: tuple[str, ...] = ()  # keys of a call cut short at the log's end, to repair
+
+
+async def recover(
+    consumer: AIOKafkaConsumer, stores: Mapping[TopicPartition, PartitionStore], *, timeout: float = 600.0
+) -> dict[TopicPartition, RecoveryReport]:
+    """Replay each changelog partition into its store, from the store's changelog offset to the log's end.
+
+    ``consumer`` is started, without a group; ``stores`` maps each changelog partition to its store.
+    """
+    if not stores:
+        return {}
+    reports = {tp: RecoveryReport(store.stage, store.partition) for tp, store in stores.items()}
+    partitions = list(stores)
+    consumer.assign(partitions)
+    starts = await consumer.beginning_offsets(partitions)
+    ends = await consumer.end_offsets(partitions)
+    replays: dict[TopicPartition, Replay] = {}
+    for tp, store in stores.items():
+        start, end = starts[tp], ends[tp]
+        reason = ""
+        if not store.empty and store.changelog + 1 < start:
+            reason = f"its changelog offset {store.changelog} is below the log's start {start}"
+        elif not store.empty and store.changelog >= end:
+            reason = f"its changelog offset {store.changelog} is not below the log's end {end}"
+        if reason:
+            logger.warning("rebuilding %s-%d from its changelog: %s", store.stage, store.partition, reason)
+            store.wipe()
+            reports[tp].rebuilt = reason
+        replays[tp] = Replay()
+        consumer.seek(tp, max(store.changelog + 1, start))
+    remaining = {tp for tp in partitions if stores[tp].changelog + 1 < ends[tp]}
+    deadline = time.monotonic() + timeout
+    while remaining:
+        if time.monotonic() > deadline:
+            raise StateError(
+                f"recovery did not reach the end of {sorted(map(str, remaining))} in {timeout} s"
+            )
+        fetched = await consumer.getmany(*remaining, timeout_ms=500, max_records=_REPLAY_COMMIT_RECORDS)
+        for tp, records in fetched.items():
+            replay = replays[tp]
+            for record in records:
+                if record.offset < ends[tp]:
+                    replay.feed(record.offset, record.key, record.value, list(record.headers))
+            reports[tp].records += stores[tp].apply_calls(replay.take())
+        for tp in list(remaining):
+            if await consumer.position(tp) >= ends[tp]:
+                remaining.discard(tp)
+    for tp, replay in replays.items():
+        reports[tp].records += stores[tp].apply_calls(replay.take())
+        reports[tp].trailing = tuple(replay.trailing_keys())
+    consumer.unsubscribe()
+    return reports

@@ -1,0 +1,520 @@
+"""The stage worker: consumes the documents and stage topics, applies handler calls to partition stores.
+
+One consumer in the worker group reads the documents topic and every stage topic. A round takes what the
+consumer has fetched and handles each topic partition's records as one call, the calls of a round concurrently
+(each partition has its own store):
+
+- a documents partition is *ingested*: each record is validated, the valid events are sent to the source stage
+  partition of their source_id (one batch message per partition), the invalid ones to ``dlq``;
+- a stage partition's call drops the records at or below the store's applied offset (read again after a crash),
+  runs the handler on the rest in one store transaction, then, in this order:
+
+  1. sends the outputs and stage messages it produced, batched per topic partition, and waits for Kafka;
+  2. sends the keys it wrote to the stage's changelog partition as one call (:mod:`.changelog`) and waits;
+  3. commits one RocksDB write batch holding the changes, the applied input offset and the changelog offset.
+
+  A crash before 2 leaves the input unapplied: it is read again and produces the same outputs again (repeating
+  input is harmless, design §5 I4). A crash between 2 and 3 is repaired by recovery, which replays the call from
+  the changelog. After 3, the input is never applied twice, whatever the group's committed offset says.
+
+The consumer's committed offsets only say where to start reading after a restart; correctness does not depend on
+them. They are committed every ``commit_interval`` seconds, and a watchdog recommits a partition whose committed
+offset stays behind what was applied.
+
+A handler that raises does not take its call with it: the call's messages are applied again one at a time, each in
+a transaction nested in the call's, and the one that fails goes to ``dlq`` with the error and where it came from.
+Any other failure (Kafka, the store) stops the worker without committing, so a restart reads the call again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import mode
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
+
+from streamdedup.codec import decode_event, encode_for_dead_letter
+from streamdedup.core.engine import Engine
+from streamdedup.core.messages import STAGES, Message, Output
+from streamdedup.core.model import InputEvent
+from streamdedup.core.partitioning import partition_for
+from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
+from streamdedup.drivers.kafka.changelog import headers as call_headers
+from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
+from streamdedup.drivers.kafka.metrics import Metrics
+from streamdedup.drivers.kafka.partitions import PartitionStore, recover
+from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
+from streamdedup.errors import InvalidEventError, StateError
+from streamdedup.settings import Settings
+from streamdedup.store.base import Transaction
+
+__all__ = ["StageWorker"]
+
+logger = logging.getLogger(__name__)
+_json = msgspec.json.Encoder()
+_BATCH_BYTES = 1024 * 1024  # record batch size of the worker's producer
+
+
+class _InputFailure(Exception):
+    """A handler call failed because of what it was given (dead-letter it), not because Kafka failed."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(repr(error))
+        self.error = error
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, worker: StageWorker) -> None:
+        self.worker = worker
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.worker.revoke(revoked)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.worker.assign(assigned)
+
+
+class StageWorker(mode.Service):
+    """Consume, apply and deliver, with state in one partition store per assigned stage partition."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        on_crash: Callable[[BaseException], Awaitable[None]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._on_crash = on_crash
+        self.settings = settings
+        self.metrics = metrics
+        self.engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
+        self.limits = settings.event_limits()
+        self.names = TopicNames(settings.topic_prefix)
+        self.faults = FaultPoints(settings.fault_kill_at)
+        self.root = Path(settings.data_dir) / "partitions"
+        self._stage_of = {self.names.stage(stage): stage for stage in STAGES}
+        self.stores: dict[tuple[str, int], PartitionStore] = {}
+        self.recovering = True
+        self._lock = asyncio.Lock()
+        self._instance = uuid.uuid4().hex[:12]
+        self._calls = 0
+        self._done: dict[TopicPartition, int] = {}  # next offset to read, per partition handled
+        self._committed: dict[TopicPartition, int] = {}
+        self._behind: dict[TopicPartition, int] = {}
+        self._last_commit = 0.0
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._restore: AIOKafkaConsumer | None = None
+        self._partitions: TopicPartitions | None = None
+
+    # Life cycle.
+
+    async def on_start(self) -> None:
+        """Connect to Kafka and join the worker group."""
+        servers = self.settings.bootstrap_servers
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=servers,
+            acks="all",
+            max_batch_size=_BATCH_BYTES,
+            max_request_size=MAX_MESSAGE_BYTES + 65536,
+            compression_type=self.settings.internal_compression or None,
+        )
+        await self._producer.start()
+        self._partitions = TopicPartitions(self._producer)
+        await self._partitions.load([self.names.output(t) for t in ("canonical-chunks", "source-mappings")])
+        await self._partitions.load([self.names.output(t) for t in ("review", "audit", "dlq")])
+        self._restore = AIOKafkaConsumer(
+            bootstrap_servers=servers,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+            fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+        )
+        await self._restore.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=servers,
+            group_id=self.names.group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+            fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+        )
+        self._consumer.subscribe(
+            [self.names.documents, *(self.names.stage(s) for s in STAGES)], listener=_Rebalance(self)
+        )
+        await self._consumer.start()
+
+    async def on_stop(self) -> None:
+        """Commit what was applied, close the stores and leave the group."""
+        async with self._lock:
+            if self._consumer is not None:
+                try:
+                    await self._commit(force=True)
+                except KafkaError as exc:
+                    logger.warning("could not commit on the way out: %r", exc)
+                await self._consumer.stop()
+            for store in self.stores.values():
+                store.close()
+            self.stores.clear()
+        if self._restore is not None:
+            await self._restore.stop()
+        if self._producer is not None:
+            await self._producer.stop()
+
+    @mode.Service.task
+    async def _run(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while not self.should_stop:
+            try:
+                fetched = await consumer.getmany(
+                    timeout_ms=int(self.settings.fetch_wait * 1000), max_records=self.settings.fetch_records
+                )
+                if fetched:
+                    async with self._lock:
+                        await self._round(fetched)
+                if time.monotonic() - self._last_commit >= self.settings.commit_interval:
+                    await self._commit()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.critical(
+                    "stopping the worker: %r; what it did not apply is read again after a restart", exc
+                )
+                await self._crash_app(exc)
+                return
+
+    @mode.Service.task
+    async def _watchdog(self) -> None:
+        """Recommit partitions whose committed offset stays behind what was applied; refresh the lag gauges."""
+        interval = max(5.0, 5 * self.settings.commit_interval)
+        while not self.should_stop:
+            await self.sleep(interval)
+            try:
+                await self.check_commits()
+            except KafkaError as exc:
+                logger.warning("the commit watchdog could not read the committed offsets: %r", exc)
+            self.update_lag()
+
+    async def _crash_app(self, exc: BaseException) -> None:
+        await (self._on_crash or self.crash)(exc)
+
+    # Rebalancing.
+
+    async def revoke(self, revoked: Sequence[TopicPartition]) -> None:
+        """Wait for the round in flight, then commit what was applied (the partitions may go elsewhere)."""
+        async with self._lock:
+            try:
+                await self._commit(force=True)
+            except KafkaError as exc:
+                logger.warning("could not commit before a rebalance: %r", exc)
+
+    async def assign(self, assigned: Sequence[TopicPartition]) -> None:
+        """Open the stores of newly assigned stage partitions and bring every one up to its changelog's end."""
+        async with self._lock:
+            self.recovering = True
+            started = time.monotonic()
+            wanted = {
+                (self._stage_of[tp.topic], tp.partition) for tp in assigned if tp.topic in self._stage_of
+            }
+            for address in list(self.stores):
+                if address not in wanted:
+                    self.stores.pop(address).close()
+            for stage, partition in sorted(wanted - set(self.stores)):
+                self.stores[(stage, partition)] = PartitionStore(
+                    self.root, stage, partition, self.settings.engine_params()
+                )
+            by_changelog = {
+                TopicPartition(self.names.changelog(stage), partition): store
+                for (stage, partition), store in self.stores.items()
+            }
+            assert self._restore is not None
+            reports = await recover(self._restore, by_changelog)
+            for tp, report in reports.items():
+                if report.trailing:
+                    await self._repair(by_changelog[tp], list(report.trailing))
+            records = sum(r.records for r in reports.values())
+            seconds = time.monotonic() - started
+            self.metrics.recovery_seconds.observe(seconds)
+            self.metrics.recovered_records.inc(records)
+            self._done = {tp: o for tp, o in self._done.items() if tp in set(assigned)}
+            self._committed = {tp: o for tp, o in self._committed.items() if tp in set(assigned)}
+            logger.info(
+                "assigned %d partitions; %d stage stores recovered, %d changelog records replayed in %.2f s",
+                len(assigned),
+                len(by_changelog),
+                records,
+                seconds,
+            )
+            self.recovering = False
+
+    async def _repair(self, store: PartitionStore, keys: list[str]) -> None:
+        """Write a call restoring ``keys`` to the store's values, after a call a crash cut short."""
+        logger.warning(
+            "%s-%d: the changelog ends in a call cut short (%d keys); writing a repair call",
+            store.stage,
+            store.partition,
+            len(keys),
+        )
+        last = await self._write_changelog(store, store.current(keys), store.applied)
+        store.commit(store.transaction(), applied=store.applied, changelog=last)
+
+    # Rounds and calls.
+
+    async def _round(self, fetched: dict[TopicPartition, list[Any]]) -> None:
+        calls = []
+        for tp, records in fetched.items():
+            if not records:
+                continue
+            if tp.topic == self.names.documents:
+                calls.append(self._ingest(tp, records))
+                continue
+            store = self.stores.get((self._stage_of[tp.topic], tp.partition))
+            if store is None:
+                continue  # revoked while the round was fetched
+            calls.append(self._stage_call(store, tp, records))
+        await asyncio.gather(*calls)
+        for tp, records in fetched.items():
+            if records:
+                self._done[tp] = max(self._done.get(tp, 0), records[-1].offset + 1)
+
+    async def _ingest(self, tp: TopicPartition, records: Sequence[Any]) -> None:
+        """Validate input events and pass the valid ones to the source stage, one batch per partition."""
+        started = time.monotonic()
+        now = time.time()
+        sends = self._sends()
+        routed: dict[int, list[Message]] = {}
+        for record in records:
+            self.metrics.event_age_seconds.observe(max(0.0, now - record.timestamp / 1000))
+            try:
+                parsed = decode_event(record.value if record.value is not None else b"", self.limits)
+            except InvalidEventError as exc:
+                self._dead_letter(sends, tp, record, str(exc), "invalid", record.value, record.key)
+                continue
+            routed.setdefault(partition_for(parsed.source_id, self.settings.partitions), []).append(parsed)
+        topic = self.names.stage("source")
+        for partition, batch in routed.items():
+            for data in encode_batches(batch, max_bytes=self.settings.max_batch_bytes):
+                sends.add(topic, partition, None, data)
+        await sends.send()
+        self.metrics.events_in.inc(len(records))
+        self.metrics.batch_seconds.labels("ingest").observe(time.monotonic() - started)
+
+    async def _stage_call(self, store: PartitionStore, tp: TopicPartition, records: Sequence[Any]) -> None:
+        """Apply one partition's records as one call: handler, outputs, changelog, write batch (module docs)."""
+        fresh = [r for r in records if r.offset > store.applied]
+        self.metrics.skipped.inc(len(records) - len(fresh))
+        if not fresh:
+            return
+        started = time.monotonic()
+        stage = store.stage
+        letters = self._sends()
+        carried: list[tuple[Any, Message]] = []
+        for record in fresh:
+            try:
+                carried.extend((record, m) for m in decode_batch(record.value))
+            except Exception as exc:  # a batch this worker cannot read: keep its bytes, go on
+                self._dead_letter(
+                    letters, tp, record, f"undecodable batch: {exc!r}", "batch", record.value, None
+                )
+        txn = store.transaction()
+        try:
+            await self._apply(stage, tp.partition, [m for _, m in carried], txn)
+        except _InputFailure as failure:
+            logger.warning(
+                "stage %s: a call of %d failed (%r); one at a time", stage, len(carried), failure.error
+            )
+            txn = store.transaction()
+            await self._one_at_a_time(stage, tp, carried, txn, letters)
+        if letters:
+            await letters.send()
+        changes = {key: value for (_, _, key), value in txn.changes.items()}
+        applied = fresh[-1].offset
+        last = await self._write_changelog(store, changes, applied) if changes else store.changelog
+        self.faults.passed("changelog-sent")
+        store.commit(txn, applied=applied, changelog=last)
+        self.faults.passed("state-committed")
+        self.metrics.batch_seconds.labels(stage).observe(time.monotonic() - started)
+
+    async def _apply(self, stage: str, partition: int, messages: list[Message], txn: Transaction) -> None:
+        """Run the handler in ``txn`` and deliver what it produced; raise :class:`_InputFailure` for the input's
+        faults (the handler raising, a record too large for Kafka), anything else as it is."""
+        if not messages:
+            return
+        try:
+            produced = self.engine.handle(stage, messages, txn.partition(stage, partition))
+        except StateError:
+            raise  # the store failed, not the input
+        except Exception as exc:
+            raise _InputFailure(exc) from exc
+        sends = self._sends()
+        outputs = self._add_produced(sends, produced)
+        try:
+            await sends.send()
+        except (MessageSizeTooLargeError, RecordTooLargeError) as exc:
+            raise _InputFailure(exc) from exc
+        self.metrics.observe_outputs(outputs)
+        if stage == "source":
+            self.metrics.events_processed.inc(sum(1 for m in messages if isinstance(m, InputEvent)))
+
+    async def _one_at_a_time(
+        self,
+        stage: str,
+        tp: TopicPartition,
+        carried: list[tuple[Any, Message]],
+        txn: Transaction,
+        letters: Sends,
+    ) -> None:
+        """Apply each message in a nested transaction; dead-letter those that fail, with the error and origin."""
+        self.metrics.isolated.labels(stage).inc(len(carried))
+        for record, message in carried:
+            nested = txn.nested()
+            try:
+                await self._apply(stage, tp.partition, [message], nested)
+            except _InputFailure as failure:
+                exc = failure.error
+                error = f"processing failed in stage {stage} ({type(exc).__name__}: {exc})"
+                logger.warning("dead-lettering a %s message: %s", stage, error)
+                if isinstance(message, InputEvent):
+                    value, key, reason = encode_for_dead_letter(message), message.source_id.encode(), "failed"
+                else:
+                    value = next(encode_batches([message], max_bytes=MAX_MESSAGE_BYTES))
+                    key, reason = None, "stage"
+                self._dead_letter(letters, tp, record, error, reason, value, key)
+                continue
+            nested.commit()
+
+    def _add_produced(self, sends: Sends, produced: Sequence[Message | Output]) -> list[Output]:
+        """Queue a handler's outputs and stage messages (batched per stage partition); return the outputs."""
+        outputs: list[Output] = []
+        groups: dict[tuple[str, int], list[Message]] = {}
+        partitions = self.settings.partitions
+        for item in produced:
+            if isinstance(item, Output):
+                outputs.append(item)
+            else:
+                for address in self.engine.destinations(item, partitions):
+                    groups.setdefault(address, []).append(item)
+        for (stage, partition), messages in groups.items():
+            for data in encode_batches(messages, max_bytes=self.settings.max_batch_bytes):
+                sends.add(self.names.stage(stage), partition, None, data)
+        assert self._partitions is not None
+        for output in outputs:
+            topic = self.names.output(output.topic)
+            key = output.key.encode("utf-8") if output.key is not None else None
+            value = None if output.value is None else _json.encode(output.value)
+            sends.add(topic, self._partitions.for_key(topic, key), key, value)
+        return outputs
+
+    async def _write_changelog(
+        self, store: PartitionStore, changes: dict[str, bytes | None], applied: int
+    ) -> int:
+        """Send a call's key writes to the changelog partition; return the offset of its last record."""
+        self._calls += 1
+        hdrs = call_headers(f"{self._instance}-{self._calls}", len(changes), applied)
+        sends = self._sends("changelog")
+        topic = self.names.changelog(store.stage)
+        for key in sorted(changes):
+            sends.add(topic, store.partition, key.encode("utf-8"), changes[key], hdrs)
+        self.metrics.changelog_records.inc(len(changes))
+        last = await sends.send()
+        return last[(topic, store.partition)]
+
+    def _dead_letter(
+        self,
+        sends: Sends,
+        tp: TopicPartition,
+        record: Any,
+        error: str,
+        reason: str,
+        value: bytes | None,
+        key: bytes | None,
+    ) -> None:
+        """Queue a record for ``dlq`` with headers saying where it came from and why."""
+        hdrs = [
+            ("origin-topic", tp.topic.encode()),
+            ("origin-partition", str(tp.partition).encode()),
+            ("origin-offset", str(record.offset).encode()),
+            ("error", error.encode("utf-8", "replace")[:4096]),
+        ]
+        self.metrics.dead_letters.labels(reason).inc()
+        topic = self.names.output("dlq")
+        assert self._partitions is not None
+        sends.add(topic, self._partitions.for_key(topic, key), key, value, hdrs)
+
+    def _sends(self, kind: str = "output") -> Sends:
+        assert self._producer is not None
+        return Sends(self._producer, self.metrics, self.faults, kind)
+
+    # Offsets.
+
+    async def _commit(self, *, force: bool = False) -> None:
+        """Commit the next offset to read of every partition that moved since the last commit."""
+        self._last_commit = time.monotonic()
+        consumer = self._consumer
+        if consumer is None:
+            return
+        assignment = consumer.assignment()
+        offsets = {
+            tp: offset
+            for tp, offset in self._done.items()
+            if tp in assignment and (force or offset > self._committed.get(tp, -1))
+        }
+        if offsets:
+            await consumer.commit(offsets)
+            self._committed.update(offsets)
+
+    async def check_commits(self) -> int:
+        """Recommit partitions whose committed offset was behind the applied one at two checks in a row.
+
+        Return how many were recommitted.
+        """
+        consumer = self._consumer
+        if consumer is None:
+            return 0
+        repaired = 0
+        for tp, done in list(self._done.items()):
+            if tp not in consumer.assignment():
+                continue
+            committed = await consumer.committed(tp)
+            if committed is not None and committed >= done:
+                self._behind.pop(tp, None)
+                continue
+            self._behind[tp] = self._behind.get(tp, 0) + 1
+            if self._behind[tp] >= 2:
+                logger.warning(
+                    "%s-%d: committed %s stays behind %d; committing again",
+                    tp.topic,
+                    tp.partition,
+                    committed,
+                    done,
+                )
+                async with self._lock:
+                    await consumer.commit({tp: self._done[tp]})
+                self.metrics.commit_repairs.inc()
+                self._behind.pop(tp, None)
+                repaired += 1
+        return repaired
+
+    def update_lag(self) -> None:
+        """Refresh the consumer-lag gauges: each partition's end minus the next offset to read."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        for tp in consumer.assignment():
+            highwater = consumer.highwater(tp)
+            if highwater is None or tp not in self._done:
+                continue
+            lag = highwater - self._done.get(tp, 0)
+            self.metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, lag))

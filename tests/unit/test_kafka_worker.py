@@ -1,0 +1,347 @@
+"""The stage worker's calls, changelog and recovery, against an in-process stand-in for Kafka's logs."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaTimeoutError
+
+from streamdedup.core.messages import BandJoin, Output
+from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
+from streamdedup.drivers.kafka.changelog import Replay, headers, read_headers
+from streamdedup.drivers.kafka.metrics import Metrics
+from streamdedup.drivers.kafka.partitions import PartitionStore, recover
+from streamdedup.drivers.kafka.worker import StageWorker
+from streamdedup.errors import StateError
+from streamdedup.settings import Settings
+
+
+@dataclass
+class Record:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    timestamp: int = 0
+
+
+class Logs:
+    """Topic partitions as lists of records, with a log start offset (records below it were deleted)."""
+
+    def __init__(self) -> None:
+        self.records: dict[TopicPartition, list[Record]] = {}
+        self.start: dict[TopicPartition, int] = {}
+        self.sends = 0
+        self.fail_sends = False
+
+    def of(self, topic: str, partition: int) -> list[Record]:
+        return self.records.setdefault(TopicPartition(topic, partition), [])
+
+    def end(self, tp: TopicPartition) -> int:
+        records = self.records.get(tp, [])
+        return records[-1].offset + 1 if records else self.start.get(tp, 0)
+
+
+class Builder:
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = []
+
+    def append(
+        self, *, timestamp: Any, key: bytes | None, value: bytes | None, headers: Any
+    ) -> object | None:
+        if len(self.records) >= 3:  # small batches, so that a call takes several
+            return None
+        self.records.append((key, value, list(headers)))
+        return object()
+
+
+class Producer:
+    def __init__(self, logs: Logs) -> None:
+        self.logs = logs
+
+    def create_batch(self) -> Builder:
+        return Builder()
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return {0, 1, 2, 3}
+
+    async def send_batch(self, batch: Builder, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.logs.fail_sends:
+            future.set_exception(KafkaTimeoutError())
+            return future
+        self.logs.sends += 1
+        tp = TopicPartition(topic, partition)
+        log = self.logs.of(topic, partition)
+        base = self.logs.end(tp)
+        for i, (key, value, hdrs) in enumerate(batch.records):
+            log.append(Record(base + i, key, value, hdrs))
+        future.set_result(SimpleNamespace(offset=base))
+        return future
+
+
+class RestoreConsumer:
+    """Reads the logs the way the recovery consumer does (assign, seek, getmany, position)."""
+
+    def __init__(self, logs: Logs) -> None:
+        self.logs = logs
+        self.positions: dict[TopicPartition, int] = {}
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.positions = {tp: 0 for tp in partitions}
+
+    async def beginning_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.logs.start.get(tp, 0) for tp in partitions}
+
+    async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self.logs.end(tp) for tp in partitions}
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self.positions[tp] = offset
+
+    async def getmany(self, *partitions: TopicPartition, timeout_ms: int, max_records: int) -> dict[Any, Any]:
+        out = {}
+        for tp in partitions:
+            found = [r for r in self.logs.records.get(tp, []) if r.offset >= self.positions[tp]][:2]
+            if found:
+                out[tp] = found
+                self.positions[tp] = found[-1].offset + 1
+        return out
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self.positions[tp]
+
+    def unsubscribe(self) -> None:
+        self.positions = {}
+
+
+SETTINGS = Settings(topic_prefix="t.", partitions=4)
+CHANGELOG = TopicPartition("t.worker-state-band-changelog", 1)
+STAGE_TP = TopicPartition("t.stage-band", 1)
+
+
+def make_worker(tmp_path: Path, logs: Logs, handle: Any = None) -> StageWorker:
+    from streamdedup.drivers.kafka.delivery import TopicPartitions
+
+    worker = StageWorker(SETTINGS.model_copy(update={"data_dir": tmp_path}), Metrics())
+    producer = Producer(logs)
+    worker._producer = producer  # type: ignore[assignment]
+    worker._restore = RestoreConsumer(logs)  # type: ignore[assignment]
+    worker._partitions = TopicPartitions(producer)  # type: ignore[arg-type]
+    asyncio.run(worker._partitions.load([worker.names.output(t) for t in ("audit", "dlq")]))
+    if handle is not None:
+        worker.engine.handle = handle  # type: ignore[method-assign]
+    return worker
+
+
+def band_handler(fail_on: int = -1) -> Any:
+    """Write each message's band key with its epoch; audit it; raise on epoch ``fail_on``."""
+
+    def handle(stage: str, messages: list[BandJoin], state: Any) -> list[Any]:
+        if any(m.epoch == fail_on for m in messages):
+            raise ValueError(f"cannot handle epoch {fail_on}")
+        for m in messages:
+            state.put(m.band_key, str(m.epoch).encode())
+        return [Output("audit", m.band_key, {"action": "split", "epoch": m.epoch}) for m in messages]
+
+    return handle
+
+
+def records(offset: int, *epochs: int) -> Record:
+    (value,) = encode_batches([BandJoin(f"b{e}", "h", e) for e in epochs], max_bytes=1 << 20)
+    return Record(offset, None, value)
+
+
+def open_store(worker: StageWorker) -> PartitionStore:
+    asyncio.run(worker.assign([STAGE_TP]))
+    return worker.stores[("band", 1)]
+
+
+def state_of(store: PartitionStore) -> dict[str, bytes]:
+    return {k: v for _, k in store.store.keys("band") if (v := store.store.get("band", 1, k)) is not None}
+
+
+def test_a_call_sends_outputs_then_one_changelog_call_and_commits_its_offsets(tmp_path):
+    logs = Logs()
+    worker = make_worker(tmp_path, logs, band_handler())
+    store = open_store(worker)
+    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2), records(11, 3, 4)]))
+    changelog = logs.records[CHANGELOG]
+    assert [(r.key, r.value) for r in changelog] == [
+        (b"b1", b"1"),
+        (b"b2", b"2"),
+        (b"b3", b"3"),
+        (b"b4", b"4"),
+    ]
+    calls = {read_headers(r.headers) for r in changelog}
+    assert len(calls) == 1 and next(iter(calls))[1:] == (4, 11)  # one call of 4 records, applied up to 11
+    audits = [r for tp, rs in logs.records.items() if tp.topic == "t.audit" for r in rs]
+    assert sorted(r.key for r in audits) == [b"b1", b"b2", b"b3", b"b4"]
+    assert logs.sends == 2 + len(
+        {tp for tp in logs.records if tp.topic == "t.audit"}
+    )  # 4 records, batches of 3
+    assert (store.applied, store.changelog) == (11, 3)
+    assert state_of(store) == {"b1": b"1", "b2": b"2", "b3": b"3", "b4": b"4"}
+
+
+def test_messages_at_or_below_the_applied_offset_are_dropped(tmp_path):
+    logs = Logs()
+    seen = []
+
+    def handle(stage: str, messages: list[BandJoin], state: Any) -> list[Any]:
+        seen.extend(m.epoch for m in messages)
+        return []
+
+    worker = make_worker(tmp_path, logs, handle)
+    store = open_store(worker)
+    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1), records(11, 2)]))
+    asyncio.run(worker._stage_call(store, STAGE_TP, [records(11, 2), records(12, 3)]))  # 11 read again
+    assert seen == [1, 2, 3]
+    assert CHANGELOG not in logs.records  # keys that were only read are not written
+
+
+def test_a_handler_failure_dead_letters_one_message_and_applies_the_rest(tmp_path):
+    logs = Logs()
+    worker = make_worker(tmp_path, logs, band_handler(fail_on=3))
+    store = open_store(worker)
+    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2), records(11, 3, 4), records(12, 5)]))
+    assert state_of(store) == {"b1": b"1", "b2": b"2", "b4": b"4", "b5": b"5"}
+    ((letter,),) = [rs for tp, rs in logs.records.items() if tp.topic == "t.dlq"]
+    hdrs = dict(letter.headers)
+    assert hdrs["origin-offset"] == b"11" and b"ValueError: cannot handle epoch 3" in hdrs["error"]
+    assert decode_batch(letter.value) == [BandJoin("b3", "h", 3)]
+    assert sorted(r.key for r in logs.records[CHANGELOG]) == [b"b1", b"b2", b"b4", b"b5"]
+    assert store.applied == 12
+
+
+def test_a_kafka_failure_is_not_blamed_on_the_input_and_leaves_the_store_alone(tmp_path):
+    logs = Logs()
+    worker = make_worker(tmp_path, logs, band_handler())
+    store = open_store(worker)
+    logs.fail_sends = True
+    with pytest.raises(KafkaTimeoutError):
+        asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
+    assert state_of(store) == {} and store.applied == -1
+    assert not any(tp.topic == "t.dlq" for tp in logs.records)
+
+
+def test_a_failing_store_is_not_blamed_on_the_input(tmp_path):
+    logs = Logs()
+
+    def handle(stage: str, messages: list[BandJoin], state: Any) -> list[Any]:
+        raise StateError("disk gone")
+
+    worker = make_worker(tmp_path, logs, handle)
+    store = open_store(worker)
+    with pytest.raises(StateError, match="disk gone"):
+        asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1)]))
+    assert logs.records == {}
+
+
+@pytest.mark.parametrize("crash", ["changelog-sent", "state-committed"])
+def test_a_crash_after_the_changelog_is_repaired_by_recovery(tmp_path, crash, monkeypatch):
+    logs = Logs()
+    worker = make_worker(tmp_path, logs, band_handler())
+    store = open_store(worker)
+    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
+
+    class Killed(BaseException):
+        pass
+
+    def passed(point: str) -> None:
+        if point == crash:
+            raise Killed
+
+    monkeypatch.setattr(worker.faults, "passed", passed)
+    with pytest.raises(Killed):
+        asyncio.run(worker._stage_call(store, STAGE_TP, [records(11, 3), records(12, 1)]))
+    worker.stores.pop(("band", 1)).close()
+
+    again = make_worker(tmp_path, logs, band_handler())
+    store = open_store(again)
+    assert (store.applied, state_of(store)) == (12, {"b1": b"1", "b2": b"2", "b3": b"3"})
+    rebuilt = make_worker(tmp_path / "elsewhere", logs, band_handler())
+    assert state_of(open_store(rebuilt)) == state_of(store)  # a new worker rebuilds the same from the log
+
+
+def test_a_call_cut_short_at_the_end_of_the_log_is_left_out_and_repaired(tmp_path):
+    logs = Logs()
+    worker = make_worker(tmp_path, logs, band_handler())
+    store = open_store(worker)
+    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
+    # A crash in the middle of sending a call: one of its three records reached the log.
+    logs.of(CHANGELOG.topic, 1).append(Record(2, b"b1", b"changed", headers("cut", 3, 11)))
+    worker.stores.pop(("band", 1)).close()
+
+    fresh = make_worker(tmp_path / "new", logs, band_handler())
+    store = open_store(fresh)
+    assert state_of(store) == {"b1": b"1", "b2": b"2"} and store.applied == 10
+    repair = logs.records[CHANGELOG][-1]
+    assert (repair.key, repair.value) == (b"b1", b"1")  # the repair call restores the key the cut call wrote
+    later = make_worker(tmp_path / "later", logs, band_handler())
+    assert state_of(open_store(later)) == {"b1": b"1", "b2": b"2"}  # so a full replay agrees
+
+
+def test_recovery_rebuilds_when_the_store_and_the_log_disagree(tmp_path):
+    logs = Logs()
+    worker = make_worker(tmp_path, logs, band_handler())
+    store = open_store(worker)
+    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
+    worker.stores.pop(("band", 1)).close()
+    logs.records[CHANGELOG] = []  # the topic was deleted and created again: the log is behind the store
+    logs.start[CHANGELOG] = 0
+    store = open_store(make_worker(tmp_path, logs, band_handler()))
+    assert state_of(store) == {} and store.changelog == -1
+
+
+def test_replay_applies_a_compacted_call_and_keeps_records_of_other_writers():
+    replay = Replay()
+    replay.feed(5, b"a", b"1", headers("c1", 3, 7))  # two records of c1 were compacted away
+    replay.feed(9, b"b", b"2", headers("c2", 1, 8))
+    replay.feed(10, b"c", b"3", [])  # a record without call headers
+    calls = replay.take()
+    assert [(c.applied, c.last_offset, c.writes) for c in calls] == [
+        (7, 5, {"a": b"1"}),
+        (8, 9, {"b": b"2"}),
+        (-1, 10, {"c": b"3"}),
+    ]
+    assert replay.trailing_keys() == []
+
+
+def test_recover_replays_to_the_end_and_reports_what_it_did(tmp_path):
+    logs = Logs()
+    log = logs.of(CHANGELOG.topic, 1)
+    for i in range(7):
+        log.append(Record(i, f"k{i % 3}".encode(), str(i).encode(), headers(f"c{i // 2}", 2, 100 + i // 2)))
+    store = PartitionStore(tmp_path, "band", 1, SETTINGS.engine_params())
+    (report,) = asyncio.run(recover(RestoreConsumer(logs), {CHANGELOG: store})).values()  # type: ignore[arg-type]
+    assert report.records == 6 and report.trailing == ("k0",)  # record 6 starts a call that never ended
+    assert state_of(store) == {"k0": b"3", "k1": b"4", "k2": b"5"} and store.applied == 102
+
+
+def test_the_watchdog_recommits_a_committed_offset_that_stays_behind(tmp_path):
+    commits: list[dict[TopicPartition, int]] = []
+
+    class Consumer:
+        def assignment(self) -> set[TopicPartition]:
+            return {STAGE_TP}
+
+        async def committed(self, tp: TopicPartition) -> int:
+            return 2  # what the group says, whatever was committed
+
+        async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+            commits.append(offsets)
+
+    worker = make_worker(tmp_path, Logs())
+    worker._consumer = Consumer()  # type: ignore[assignment]
+    worker._done[STAGE_TP] = 21
+    assert asyncio.run(worker.check_commits()) == 0  # behind once: it may be a commit in flight
+    assert asyncio.run(worker.check_commits()) == 1
+    assert commits == [{STAGE_TP: 21}]
+    assert "streamdedup_commit_repairs_total 1.0" in worker.metrics.render().decode()
