@@ -22,7 +22,7 @@ from streamdedup.codec import encode_event
 from streamdedup.core.messages import STAGES
 from streamdedup.core.model import InputEvent
 from streamdedup.core.view import View
-from streamdedup.drivers.kafka.admin import consumer_lag, ensure_topics
+from streamdedup.drivers.kafka.admin import consumer_lag, ensure_topics, read_to_end
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.settings import Settings
 
@@ -38,13 +38,15 @@ def free_port() -> int:
 class Worker:
     """A ``streamdedup worker`` process of a deployment."""
 
-    def __init__(self, deployment: Deployment, data_dir: Path, name: str) -> None:
+    def __init__(
+        self, deployment: Deployment, data_dir: Path, name: str, env: dict[str, str] | None = None
+    ) -> None:
         self.deployment = deployment
         self.data_dir = data_dir
         self.web_port = free_port()
         self.log = deployment.root / f"{name}.log"
         self.stopped = False
-        env = {**os.environ, **deployment.env, "STREAMDEDUP_WEB_PORT": str(self.web_port)}
+        env = {**os.environ, **deployment.env, **(env or {}), "STREAMDEDUP_WEB_PORT": str(self.web_port)}
         self._output = self.log.open("ab")
         self.process = subprocess.Popen(
             [
@@ -88,6 +90,24 @@ class Worker:
                 self.process.wait(10)
         self._output.close()
 
+    def kill(self) -> None:
+        """Kill the worker at once (SIGKILL), as a crash would."""
+        self.stopped = True
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(30)
+        self._output.close()
+
+    def wait_for_exit(self, timeout: float = 180.0) -> int:
+        """Wait until the worker process ends by itself; return its exit status."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the worker did not exit within {timeout} s:\n{self.tail()}") from None
+        self.stopped = True
+        self._output.close()
+        return code
+
     def tail(self, lines: int = 40) -> str:
         """Return the end of the worker's log, for failure messages."""
         data = self.log.read_bytes().decode("utf-8", "replace").splitlines()
@@ -113,10 +133,12 @@ class Deployment:
         self.workers: list[Worker] = []
         asyncio.run(ensure_topics(self.settings))
 
-    def start_worker(self, data_dir: Path | None = None, name: str | None = None) -> Worker:
-        """Start a worker with its own data directory."""
+    def start_worker(
+        self, data_dir: Path | None = None, name: str | None = None, env: dict[str, str] | None = None
+    ) -> Worker:
+        """Start a worker with its own data directory (``env``: settings of this worker alone)."""
         name = name or f"worker{len(self.workers)}"
-        worker = Worker(self, data_dir or self.root / name, name)
+        worker = Worker(self, data_dir or self.root / name, name, env)
         self.workers.append(worker)
         return worker
 
@@ -142,6 +164,18 @@ class Deployment:
                 await producer.stop()
 
         asyncio.run(send())
+
+    def review_keys(self) -> list[tuple[str, str]]:
+        """Return the distinct (reason, key) pairs on the review topic, sorted."""
+
+        async def read() -> list[tuple[str, str]]:
+            found = set()
+            async for _, _, _, key, value, _ in read_to_end(self.settings, [self.names.output("review")]):
+                if key is not None and value is not None:
+                    found.add((json.loads(value)["reason"], key.decode()))
+            return sorted(found)
+
+        return asyncio.run(read())
 
     def view(self) -> View:
         """Return the materialized view of the compacted output topics."""

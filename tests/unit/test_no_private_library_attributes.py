@@ -19,7 +19,9 @@ def _own_private_names() -> set[str]:
                 names.add(node.attr)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
                 names.add(node.id)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_"):
+            elif (
+                isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("_")
+            ):
                 names.add(node.value)  # __slots__ entries
             elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
                 names.add(node.target.id)

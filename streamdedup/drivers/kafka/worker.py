@@ -185,7 +185,10 @@ class StageWorker(mode.Service):
                     async with self._lock:
                         await self._round(fetched)
                 if time.monotonic() - self._last_commit >= self.settings.commit_interval:
-                    await self._commit()
+                    try:
+                        await self._commit()
+                    except KafkaError as exc:  # the state holds what was applied; the next commit catches up
+                        logger.warning("could not commit offsets: %r", exc)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
