@@ -1,22 +1,31 @@
-"""One suite, run against every store: the memory store and the RocksDB store."""
+"""One suite, run against every store: the memory store, the RocksDB store and a worker's partition stores."""
 
 import contextlib
 
 import pytest
 
 from streamdedup.core.params import EngineParams
+from streamdedup.drivers.kafka.partitions import PartitionStores
 from streamdedup.errors import StateError, StateMismatchError
 from streamdedup.store.base import Transaction, check_params
 from streamdedup.store.memory import MemoryStore
 from streamdedup.store.rocksdb import RocksDBStore
 
 
-@pytest.fixture(params=["memory", "rocksdb"])
+def _open(kind, path):
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "rocksdb":
+        return RocksDBStore(path)
+    return PartitionStores(path, EngineParams())
+
+
+@pytest.fixture(params=["memory", "rocksdb", "kafka-partitions"])
 def make_store(request, tmp_path):
     opened = []
 
     def make():
-        store = MemoryStore() if request.param == "memory" else RocksDBStore(tmp_path / "state")
+        store = _open(request.param, tmp_path / "state")
         opened.append(store)
         return store
 
@@ -89,22 +98,26 @@ def test_params_are_recorded_and_mismatches_refused(make_store):
         check_params(store, EngineParams(threshold=0.7), where="here")
 
 
-def test_restart_on_the_same_rocksdb_directory_keeps_state(tmp_path):
-    store = RocksDBStore(tmp_path / "state")
+@pytest.mark.parametrize("kind", ["rocksdb", "kafka-partitions"])
+def test_restart_on_the_same_directory_keeps_state(tmp_path, kind):
+    store = _open(kind, tmp_path / "state")
     store.commit({("content", 0, "k"): b"v"}, {"m": b"x"})
     check_params(store, EngineParams(), where="dir")
     store.close()
-    reopened = RocksDBStore(tmp_path / "state")
+    reopened = _open(kind, tmp_path / "state")
     assert reopened.get("content", 0, "k") == b"v" and reopened.get_meta("m") == b"x"
     with pytest.raises(StateMismatchError):
         check_params(reopened, EngineParams(shingle_size=3), where="dir")
     reopened.close()
 
 
-def test_a_locked_rocksdb_directory_is_a_clear_error(tmp_path):
-    store = RocksDBStore(tmp_path / "state")
+@pytest.mark.parametrize("kind", ["rocksdb", "kafka-partitions"])
+def test_a_locked_directory_is_a_clear_error(tmp_path, kind):
+    store = _open(kind, tmp_path / "state")
+    store.commit({("content", 0, "k"): b"v"}, {"m": b"x"})
     with pytest.raises(StateError, match="cannot open the state"):
-        RocksDBStore(tmp_path / "state")
+        other = _open(kind, tmp_path / "state")
+        other.commit({("content", 0, "k"): b"v"}, {"m": b"x"})
     store.close()
 
 

@@ -160,7 +160,7 @@ def records(offset: int, *epochs: int) -> Record:
 
 def open_store(worker: StageWorker) -> PartitionStore:
     asyncio.run(worker.assign([STAGE_TP]))
-    return worker.stores[("band", 1)]
+    return worker.stores.partitions[("band", 1)]
 
 
 def state_of(store: PartitionStore) -> dict[str, bytes]:
@@ -261,7 +261,7 @@ def test_a_crash_after_the_changelog_is_repaired_by_recovery(tmp_path, crash, mo
     monkeypatch.setattr(worker.faults, "passed", passed)
     with pytest.raises(Killed):
         asyncio.run(worker._stage_call(store, STAGE_TP, [records(11, 3), records(12, 1)]))
-    worker.stores.pop(("band", 1)).close()
+    worker.stores.partitions.pop(("band", 1)).close()
 
     again = make_worker(tmp_path, logs, band_handler())
     store = open_store(again)
@@ -277,7 +277,7 @@ def test_a_call_cut_short_at_the_end_of_the_log_is_left_out_and_repaired(tmp_pat
     asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
     # A crash in the middle of sending a call: one of its three records reached the log.
     logs.of(CHANGELOG.topic, 1).append(Record(2, b"b1", b"changed", headers("cut", 3, 11)))
-    worker.stores.pop(("band", 1)).close()
+    worker.stores.partitions.pop(("band", 1)).close()
 
     fresh = make_worker(tmp_path / "new", logs, band_handler())
     store = open_store(fresh)
@@ -293,7 +293,7 @@ def test_recovery_rebuilds_when_the_store_and_the_log_disagree(tmp_path):
     worker = make_worker(tmp_path, logs, band_handler())
     store = open_store(worker)
     asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
-    worker.stores.pop(("band", 1)).close()
+    worker.stores.partitions.pop(("band", 1)).close()
     logs.records[CHANGELOG] = []  # the topic was deleted and created again: the log is behind the store
     logs.start[CHANGELOG] = 0
     store = open_store(make_worker(tmp_path, logs, band_handler()))

@@ -54,7 +54,10 @@ def build_app(settings: Settings) -> tuple[faust.App, StageWorker]:
 
     @app.page("/health")
     async def health_page(web: Any, request: Any) -> Any:
-        body = {"status": "recovering" if worker.recovering else "ok", "assigned": len(worker.stores)}
+        body = {
+            "status": "recovering" if worker.recovering else "ok",
+            "assigned": len(worker.stores.partitions),
+        }
         return web.json(body, status=503 if worker.recovering else 200)
 
     return app, worker

@@ -34,7 +34,7 @@ from streamdedup.errors import StateError
 from streamdedup.store.base import Transaction, check_params
 from streamdedup.store.rocksdb import RocksDBStore, shared_cache
 
-__all__ = ["PartitionStore", "RecoveryReport", "recover"]
+__all__ = ["PartitionStore", "PartitionStores", "RecoveryReport", "recover"]
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +110,83 @@ class PartitionStore:
     def close(self) -> None:
         """Close the store (its files stay for the next assignment)."""
         self.store.close()
+
+
+class PartitionStores:
+    """The partition stores of one worker's data directory, also usable as one :class:`Store`.
+
+    The worker opens a store per assigned (stage, partition) and closes those it loses. Through the store protocol
+    (what the store contract suite runs against), a read or a commit goes to the partition store it names, opened
+    on first use, and metadata to a store of the worker's own.
+    """
+
+    def __init__(self, root: Path, params: EngineParams) -> None:
+        self.root, self.params = root, params
+        self.partitions: dict[tuple[str, int], PartitionStore] = {}
+        self._meta: RocksDBStore | None = None
+        self._closed = False
+
+    def open(self, stage: str, partition: int) -> PartitionStore:
+        """Return the store of a stage partition, opening it if needed."""
+        if self._closed:
+            raise StateError(f"the state at {self.root} is closed")
+        store = self.partitions.get((stage, partition))
+        if store is None:
+            store = self.partitions[(stage, partition)] = PartitionStore(
+                self.root, stage, partition, self.params
+            )
+        return store
+
+    def keep_only(self, wanted: Iterable[tuple[str, int]]) -> None:
+        """Close the stores of every partition not in ``wanted`` and open the others."""
+        wanted = set(wanted)
+        for address in list(self.partitions):
+            if address not in wanted:
+                self.partitions.pop(address).close()
+        for stage, partition in sorted(wanted):
+            self.open(stage, partition)
+
+    def get(self, stage: str, partition: int, key: str) -> bytes | None:
+        """Return the value of ``key`` in a stage partition, or None."""
+        return self.open(stage, partition).store.get(stage, partition, key)
+
+    def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
+        """Return the values of many keys of a stage partition, in order."""
+        return self.open(stage, partition).store.get_many(stage, partition, keys)
+
+    def get_meta(self, key: str) -> bytes | None:
+        """Return a metadata value of the worker's own store, or None."""
+        return self._meta_store().get_meta(key)
+
+    def commit(self, changes: Mapping[tuple[str, int, str], bytes | None], meta: Mapping[str, bytes]) -> None:
+        """Commit each partition's changes to its store (one write batch each), then the metadata."""
+        by_partition: dict[tuple[str, int], dict[tuple[str, int, str], bytes | None]] = {}
+        for address, value in changes.items():
+            by_partition.setdefault(address[:2], {})[address] = value
+        for (stage, partition), part in by_partition.items():
+            self.open(stage, partition).store.commit(part, {})
+        if meta or not changes:
+            self._meta_store().commit({}, meta)
+
+    def keys(self, stage: str) -> list[tuple[int, str]]:
+        """Return the (partition, key) pairs of a stage over the open partition stores, in order."""
+        return sorted(
+            k for (s, _), store in self.partitions.items() if s == stage for k in store.store.keys(s)
+        )
+
+    def _meta_store(self) -> RocksDBStore:
+        if self._closed:
+            raise StateError(f"the state at {self.root} is closed")
+        if self._meta is None:
+            self._meta = RocksDBStore(self.root / "worker", families=(), cache=shared_cache())
+        return self._meta
+
+    def close(self) -> None:
+        """Close every store."""
+        self.keep_only(())
+        if self._meta is not None:
+            self._meta.close()
+        self._closed = True
 
 
 @dataclass

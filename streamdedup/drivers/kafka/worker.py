@@ -50,7 +50,7 @@ from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.drivers.kafka.changelog import headers as call_headers
 from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
 from streamdedup.drivers.kafka.metrics import Metrics
-from streamdedup.drivers.kafka.partitions import PartitionStore, recover
+from streamdedup.drivers.kafka.partitions import PartitionStore, PartitionStores, recover
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.errors import InvalidEventError, StateError
 from streamdedup.settings import Settings
@@ -103,7 +103,7 @@ class StageWorker(mode.Service):
         self.faults = FaultPoints(settings.fault_kill_at)
         self.root = Path(settings.data_dir) / "partitions"
         self._stage_of = {self.names.stage(stage): stage for stage in STAGES}
-        self.stores: dict[tuple[str, int], PartitionStore] = {}
+        self.stores = PartitionStores(self.root, settings.engine_params())
         self.recovering = True
         self._lock = asyncio.Lock()
         self._instance = uuid.uuid4().hex[:12]
@@ -164,9 +164,7 @@ class StageWorker(mode.Service):
                 except KafkaError as exc:
                     logger.warning("could not commit on the way out: %r", exc)
                 await self._consumer.stop()
-            for store in self.stores.values():
-                store.close()
-            self.stores.clear()
+            self.stores.close()
         if self._restore is not None:
             await self._restore.stop()
         if self._producer is not None:
@@ -231,16 +229,10 @@ class StageWorker(mode.Service):
             wanted = {
                 (self._stage_of[tp.topic], tp.partition) for tp in assigned if tp.topic in self._stage_of
             }
-            for address in list(self.stores):
-                if address not in wanted:
-                    self.stores.pop(address).close()
-            for stage, partition in sorted(wanted - set(self.stores)):
-                self.stores[(stage, partition)] = PartitionStore(
-                    self.root, stage, partition, self.settings.engine_params()
-                )
+            self.stores.keep_only(wanted)
             by_changelog = {
                 TopicPartition(self.names.changelog(stage), partition): store
-                for (stage, partition), store in self.stores.items()
+                for (stage, partition), store in self.stores.partitions.items()
             }
             assert self._restore is not None
             reports = await recover(self._restore, by_changelog)
@@ -283,7 +275,7 @@ class StageWorker(mode.Service):
             if tp.topic == self.names.documents:
                 calls.append(self._ingest(tp, records))
                 continue
-            store = self.stores.get((self._stage_of[tp.topic], tp.partition))
+            store = self.stores.partitions.get((self._stage_of[tp.topic], tp.partition))
             if store is None:
                 continue  # revoked while the round was fetched
             calls.append(self._stage_call(store, tp, records))
