@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup example test lint clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state
+.PHONY: setup example test lint clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state \
+	bench-report
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +48,9 @@ bench-streaming: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.streaming
 bench-state: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.state
+## Rewrite docs/benchmarks.md from benchmarks/results/*.json without running anything.
+bench-report: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.report
 bench: bench-signatures bench-profile bench-engine bench-streaming bench-state
 
 clean:

@@ -1,16 +1,25 @@
-"""Streaming on a real broker: chunks/s from produce to materialized output, and latency, beside a passthrough.
+"""Streaming on a real broker: the worker beside a passthrough, the embedded engine and a Quix Streams peer.
 
     python -m benchmarks.streaming
 
-Starts the project's broker on 127.0.0.1:29092 (unless one answers there), then:
+Starts the project's broker on 127.0.0.1:29092 (unless one answers there), then, in one run on that broker and on
+the same feed (documents of five real Django chunks each, pre-chunked upserts):
 
-1. baseline: a plain aiokafka loop consumes the input messages and produces each one to another topic;
-2. streamdedup with one worker, then with two: the same messages produced to the documents topic, timed from the
-   first produce until the worker group has processed and committed everything (all stages);
-3. latency: input produced at half the one-worker rate for a while; each input's latency is the timestamp of its
-   source mapping on the output topic minus the input's timestamp (p50 and p99).
+1. baseline: a plain aiokafka loop consumes the input messages and produces each one to another topic (best of 3);
+2. one worker: chunks/s from the first produce until the last record the worker wrote (output, stage or changelog
+   record; the group's committed offsets then show no lag); Kafka sends (record batches) and changelog records per
+   input chunk, from the worker's ``/metrics`` scraped before producing and once it is idle (and the changelog
+   topics' end offsets); the worker's CPU seconds (user + system) over the same window, so chunks per CPU-second;
+3. the embedded engine on the same events in this process (``EmbeddedRunner``, RocksDB in a temporary directory,
+   batches of 256 as ``streamdedup run``, each input decoded from the same bytes, outputs to a JSONL file);
+4. two workers on the four partitions: chunks/s, and chunks per CPU-second summed over both workers;
+5. the Quix Streams peer (:mod:`benchmarks.quix_peer`): exact-only dedup of the same chunks, from launch and after
+   its startup, and per CPU-second;
+6. latency at half the one-worker rate (input to its source mapping on the output topic, p50 and p99);
+7. one more one-worker run under py-spy, to say where the worker's time goes.
 
-Input: documents of five real Django chunks each (pre-chunked upserts).
+Workers are timed only once every one of them is in a stable group and healthy (``/health`` answers 503 while a
+worker recovers its partition stores), so no rebalance or recovery falls in a timed window.
 """
 
 from __future__ import annotations
@@ -27,8 +36,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +62,14 @@ BROKER = f"kafka://127.0.0.1:{PORT}"
 DOCUMENTS = 6000
 CHUNKS_PER_DOCUMENT = 5
 PARTITIONS = 4
+EMBEDDED_BATCH = 256  # events per batch, as `streamdedup run`
+LATENCY_SECONDS = 20.0
+PROFILE_RATE = 100  # py-spy samples per second
+
+# Targets of the issue, checked in the report.
+TARGET_ONE_TO_EMBEDDED = 0.5
+TARGET_TWO_TO_ONE_PER_CPU = 0.9
+TARGET_ONE_TO_QUIX = 1.0
 
 
 def _answers(port: int) -> bool:
@@ -137,39 +156,124 @@ async def _passthrough(settings: Settings, values: list[bytes]) -> float:
         await producer.stop()
 
 
+def machine_busy() -> float:
+    """Return the CPU seconds every process on the machine has used so far (all cores, idle and iowait excluded)."""
+    import psutil
+
+    times = psutil.cpu_times()
+    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """Return the user plus system CPU seconds of process ``pid`` so far."""
+    import psutil
+
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def scrape(port: int) -> dict[str, Any]:
+    """Return the worker's counters of interest from its ``/metrics`` (Prometheus text format)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    found: dict[str, Any] = {"sends": {}, "calls": {}, "changelog_records": 0.0, "events_processed": 0.0,
+                             "recovery_seconds": 0.0, "recoveries": 0.0, "recovered_records": 0.0}  # fmt: skip
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name, labels, value = sample.name, sample.labels, sample.value
+            if name == "streamdedup_kafka_sends_total":
+                found["sends"][labels["kind"]] = value
+            elif name == "streamdedup_batch_seconds_count":
+                found["calls"][labels["stage"]] = value
+            elif name == "streamdedup_changelog_records_total":
+                found["changelog_records"] = value
+            elif name == "streamdedup_events_processed_total":
+                found["events_processed"] = value
+            elif name == "streamdedup_recovery_seconds_sum":
+                found["recovery_seconds"] = value
+            elif name == "streamdedup_recovery_seconds_count":
+                found["recoveries"] = value
+            elif name == "streamdedup_recovered_records_total":
+                found["recovered_records"] = value
+    return found
+
+
+def _difference(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in after.items():
+        if isinstance(value, dict):
+            out[key] = {k: v - before.get(key, {}).get(k, 0) for k, v in value.items()}
+        else:
+            out[key] = value - before.get(key, 0)
+    return out
+
+
+def _sum_metrics(items: list[dict[str, Any]]) -> dict[str, Any]:
+    total: dict[str, Any] = {}
+    for item in items:
+        for key, value in item.items():
+            if isinstance(value, dict):
+                into = total.setdefault(key, {})
+                for k, v in value.items():
+                    into[k] = into.get(k, 0) + v
+            else:
+                total[key] = total.get(key, 0) + value
+    return total
+
+
 class _Workers:
-    def __init__(self, settings: Settings, count: int, root: Path) -> None:
-        self.processes = []
-        self.ports = []
-        env = {**os.environ, "STREAMDEDUP_BROKER": BROKER, "STREAMDEDUP_TOPIC_PREFIX": settings.topic_prefix,
-               "STREAMDEDUP_PARTITIONS": str(PARTITIONS), "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    def __init__(self, settings: Settings, count: int, root: Path, env: dict[str, str] | None = None) -> None:
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.ports: list[int] = []
+        self.data_dirs: list[Path] = []
+        base = {**os.environ, "STREAMDEDUP_BROKER": settings.broker, "STREAMDEDUP_TOPIC_PREFIX": settings.topic_prefix,
+                "STREAMDEDUP_PARTITIONS": str(settings.partitions), "PYTHONUNBUFFERED": "1", **(env or {})}  # fmt: skip
         root.mkdir(parents=True, exist_ok=True)
+        self.started = time.perf_counter()
         for i in range(count):
             port = _free_port()
             self.ports.append(port)
+            self.data_dirs.append(root / f"w{i}")
             log = (root / f"worker{i}.log").open("ab")
             self.processes.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "streamdedup.cli", "worker", "--data-dir", str(root / f"w{i}"),
                      "--loglevel", "warning"],
-                    env={**env, "STREAMDEDUP_WEB_PORT": str(port)}, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                    env={**base, "STREAMDEDUP_WEB_PORT": str(port)}, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                 )
             )  # fmt: skip
 
-    def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
+    def health(self) -> list[dict[str, Any] | None]:
+        """Return each worker's ``/health`` body when it answers 200 (ready), else None."""
+        out: list[dict[str, Any] | None] = []
         for port in self.ports:
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.3)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
+                    out.append(json.loads(response.read()))
+            except (OSError, ValueError):  # refused, 503 while recovering (HTTPError), or not JSON yet
+                out.append(None)
+        return out
 
-    def wait_stable(self, settings: Settings, timeout: float = 120) -> None:
-        """Wait until the consumer group is stable with every worker in it, so no rebalance falls in a timed run."""
+    def wait_ready(self, timeout: float = 180, assigned: int | None = None) -> float:
+        """Wait until every worker answers /health with 200 (and, given ``assigned``, they hold that many stage
+        partitions between them); return the time it happened (``time.perf_counter``)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for process in self.processes:
+                if process.poll() is not None:
+                    raise RuntimeError(f"a worker exited with {process.returncode} before it was ready")
+            found = self.health()
+            if all(found) and (assigned is None or sum(h["assigned"] for h in found if h) == assigned):
+                return time.perf_counter()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the workers did not become ready: {found}")
+            time.sleep(0.1)
+
+    def wait_stable(self, settings: Settings, timeout: float = 180) -> None:
+        """Wait until the consumer group is stable with every worker in it and every worker is healthy (its
+        partition stores recovered) holding every stage partition, so no rebalance falls in a timed run."""
         from aiokafka.admin import AIOKafkaAdminClient
 
         async def state() -> tuple[str, int]:
@@ -187,11 +291,19 @@ class _Workers:
             if time.monotonic() > deadline:
                 raise TimeoutError("the worker group did not settle")
             time.sleep(0.5)
-        time.sleep(2)  # table recovery after the last assignment
+        time.sleep(0.5)  # the assignment reaches the members just after the group turns stable
+        self.wait_ready(timeout, assigned=len(STAGES) * settings.partitions)
+
+    def cpu_seconds(self) -> list[float]:
+        return [_cpu_seconds(p.pid) for p in self.processes]
+
+    def scrape(self) -> list[dict[str, Any]]:
+        return [scrape(port) for port in self.ports]
 
     def stop(self) -> None:
         for process in self.processes:
-            process.send_signal(signal.SIGTERM)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
         for process in self.processes:
             try:
                 process.wait(60)
@@ -200,6 +312,7 @@ class _Workers:
 
 
 def _wait_idle(settings: Settings, timeout: float = 900) -> float:
+    """Wait until the worker group has committed every documents and stage message; return when (perf_counter)."""
     names = TopicNames(settings.topic_prefix)
     topics = [names.documents, *(names.stage(s) for s in STAGES)]
     deadline = time.monotonic() + timeout
@@ -210,18 +323,24 @@ def _wait_idle(settings: Settings, timeout: float = 900) -> float:
     raise TimeoutError("the workers did not catch up")
 
 
-def _messages_written(settings: Settings) -> dict[str, int]:
-    """Return how many messages the workers wrote: to changelogs, stage topics and output topics."""
+def _written(settings: Settings) -> tuple[dict[str, int], float]:
+    """Return how many records the workers wrote per kind of topic (changelog, stage, output), and the wall time
+    (``time.time``) of the last one: the largest timestamp among the last records of those topics."""
     from streamdedup.drivers.kafka.admin import partitions_of
 
-    async def count() -> dict[str, int]:
+    async def count() -> tuple[dict[str, int], float]:
         prefix = settings.topic_prefix
-        consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False,
+            max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+        )  # fmt: skip
         await consumer.start()
         try:
             topics = [t for t in await consumer.topics() if t.startswith(prefix)]
             found = await partitions_of(settings, topics)
             kinds = {"changelog": 0, "stage": 0, "output": 0}
+            lasts: list[TopicPartition] = []
+            ends_all: dict[TopicPartition, int] = {}
             for topic in topics:
                 ends = await consumer.end_offsets([TopicPartition(topic, p) for p in found[topic]])
                 name = topic[len(prefix) :]
@@ -231,7 +350,23 @@ def _messages_written(settings: Settings) -> dict[str, int]:
                     kinds["stage"] += sum(ends.values())
                 elif name not in ("documents", "engine-params", "dlq"):
                     kinds["output"] += sum(ends.values())
-            return kinds
+                else:
+                    continue
+                lasts += [tp for tp, end in ends.items() if end > 0]
+                ends_all.update(ends)
+            last = 0.0
+            if lasts:
+                consumer.assign(lasts)
+                for tp in lasts:
+                    consumer.seek(tp, ends_all[tp] - 1)
+                left = set(lasts)
+                deadline = time.monotonic() + 60
+                while left and time.monotonic() < deadline:
+                    for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
+                        for record in records:
+                            last = max(last, record.timestamp / 1000)
+                        left.discard(tp)
+            return kinds, last
         finally:
             await consumer.stop()
 
@@ -240,14 +375,19 @@ def _messages_written(settings: Settings) -> dict[str, int]:
 
 # Where a worker's time goes, from py-spy samples: the share of samples whose stack holds one of these frames.
 PROFILE_PARTS = {
-    "engine stage handlers": ("Engine.handle ",),
-    "table writes (RocksDB put and changelog message)": ("TableState.write_back ",),
-    "producer: faust buffer and aiokafka send path": (
-        "ProducerBuffer._handle_pending ",
-        "Sender._sender_routine ",
-    ),
-    "consumer: fetching and dispatching input": ("Fetcher.", "Consumer.getmany ", "Conductor."),
-    "waiting for the network (select)": ("EpollSelector.select ",),
+    "stage calls, all of it (StageWorker._stage_call)": ("StageWorker._stage_call ",),
+    "engine handlers (Engine.handle)": ("Engine.handle ",),
+    "decoding stage batch messages": ("decode_batch ",),
+    "encoding what handlers produced (_add_produced)": ("StageWorker._add_produced ",),
+    "changelog calls (_write_changelog, Sends included)": ("StageWorker._write_changelog ",),
+    "queueing records in batches (Sends.add)": ("Sends.add ",),
+    "sending batches (Sends.send)": ("Sends.send ",),
+    "state commits (PartitionStore.commit)": ("PartitionStore.commit ",),
+    "ingest: input validation and routing (_ingest)": ("StageWorker._ingest ",),
+    "recovery (recover)": ("recover ",),
+    "aiokafka producer's sender task": ("Sender.",),
+    "aiokafka consumer: fetching and getmany": ("Fetcher.", "AIOKafkaConsumer.getmany "),
+    "event loop waiting (select)": ("EpollSelector.select ", "select.epoll"),
 }
 
 
@@ -256,64 +396,167 @@ def _py_spy() -> str | None:
     return str(found) if found.exists() else shutil.which("py-spy")
 
 
-def _profile_shares(raw: Path) -> dict[str, float]:
-    """Aggregate py-spy's raw (collapsed stack) output into the shares of :data:`PROFILE_PARTS`."""
+def profile_shares(raw: Path, parts: dict[str, tuple[str, ...]] = PROFILE_PARTS) -> dict[str, Any]:
+    """Aggregate py-spy's raw (collapsed stack) output into the shares of ``parts``, and the heaviest frames."""
     total = 0
-    hits = dict.fromkeys(PROFILE_PARTS, 0)
+    hits = dict.fromkeys(parts, 0)
+    own: dict[str, int] = {}
     for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        total += int(count)
-        for part, markers in PROFILE_PARTS.items():
+        stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit():
+            continue
+        count = int(count_text)
+        total += count
+        for part, markers in parts.items():
             if any(marker in stack for marker in markers):
-                hits[part] += int(count)
-    return {part: hit / total for part, hit in hits.items()} if total else {}
+                hits[part] += count
+        leaf = stack.rsplit(";", 1)[-1]
+        own[leaf] = own.get(leaf, 0) + count
+    if not total:
+        return {}
+    top = sorted(own.items(), key=lambda kv: -kv[1])[:15]
+    return {
+        "samples": total,
+        "parts": {part: hit / total for part, hit in hits.items()},
+        "top_frames": [[frame, count / total] for frame, count in top],
+    }
 
 
-def _service_run(workers: int, values_for: Any, root: Path, *, profile: bool = False) -> dict[str, Any]:
+def _service_run(workers: int, values_for: Callable[[str], list[bytes]], root: Path, *,
+                 profile: bool = False) -> dict[str, Any]:  # fmt: skip
     prefix = f"bench-{workers}w-{uuid.uuid4().hex[:6]}."
     settings = Settings(broker=BROKER, topic_prefix=prefix, partitions=PARTITIONS)
     asyncio.run(ensure_topics(settings))
     group = _Workers(settings, workers, root / prefix)
     spy = None
+    spy_raw = root / f"{prefix}worker.raw"
+    values = values_for(prefix)
     try:
-        group.wait_ready()
         group.wait_stable(settings)
-        values = values_for(prefix)
+        before = group.scrape()
         spy_path = _py_spy()
-        if profile and spy_path:  # sample the worker (py-spy, 50 Hz; each sample pauses it briefly)
-            command = [spy_path, "record", "--pid", str(group.processes[0].pid), "--rate", "50", "--format", "raw",
-                       "--output", str(root / "worker.raw")]  # fmt: skip
+        if profile and spy_path:  # sample the worker (each sample pauses it briefly)
+            command = [spy_path, "record", "--pid", str(group.processes[0].pid), "--rate", str(PROFILE_RATE),
+                       "--format", "raw", "--output", str(spy_raw)]  # fmt: skip
             spy = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(1)
+        cpu_before, busy_before = group.cpu_seconds(), machine_busy()
+        wall, perf = time.time(), time.perf_counter()
         start = asyncio.run(_produce(settings, TopicNames(prefix).documents, values))
-        end = _wait_idle(settings)
+        wall_start = wall + (start - perf)  # the first produce, on the clock of the records' timestamps
+        idle = _wait_idle(settings)
+        cpu_after, busy_after = group.cpu_seconds(), machine_busy()
+        after = group.scrape()
     finally:
         if spy is not None:
             spy.send_signal(signal.SIGINT)
-            spy.wait(60)
+            try:
+                spy.wait(60)
+            except subprocess.TimeoutExpired:
+                spy.kill()
         group.stop()
-    seconds = end - start
-    rate = len(values) * CHUNKS_PER_DOCUMENT / seconds
-    written = _messages_written(settings)
+    written, last_write = _written(settings)
+    chunks = len(values) * CHUNKS_PER_DOCUMENT
+    seconds = last_write - wall_start
+    cpu = [a - b for a, b in zip(cpu_after, cpu_before, strict=True)]
+    per_worker = [_difference(a, b) for a, b in zip(after, before, strict=True)]
+    metrics = _sum_metrics(per_worker)
+    sends = sum(metrics["sends"].values())
+    result: dict[str, Any] = {
+        "workers": workers,
+        "prefix": prefix,
+        "documents": len(values),
+        "chunks": chunks,
+        "seconds": seconds,
+        "seconds_until_committed": idle - start,
+        "chunks_per_second": chunks / seconds,
+        "cpu_seconds": cpu,
+        "chunks_per_cpu_second": chunks / sum(cpu),
+        # Everything else the machine ran in the same window (the broker, the producer, other people's work).
+        "machine_cpu_seconds": busy_after - busy_before,
+        "metrics": metrics,
+        "metrics_per_worker": per_worker,
+        "sends_per_chunk": sends / chunks,
+        "sends_per_chunk_by_kind": {kind: n / chunks for kind, n in metrics["sends"].items()},
+        "changelog_records_per_chunk": metrics["changelog_records"] / chunks,
+        "changelog_end_offsets_per_chunk": written["changelog"] / chunks,
+        "records_written": written,
+    }
     label = " under py-spy" if profile else ""
     print(
-        f"streamdedup, {workers} worker(s){label}: {rate:,.0f} chunks/s ({seconds:.1f}s); messages written {written}"
+        f"streamdedup, {workers} worker(s){label}: {result['chunks_per_second']:,.0f} chunks/s ({seconds:.1f} s, "
+        f"{idle - start:.1f} s until committed); CPU {sum(cpu):.1f} s, {result['chunks_per_cpu_second']:,.0f} "
+        f"chunks/CPU-s; sends/chunk {result['sends_per_chunk']:.3f} {metrics['sends']}; changelog records/chunk "
+        f"{result['changelog_records_per_chunk']:.2f}; processed {metrics['events_processed']:.0f}; "
+        f"written {written}"
     )
-    result = {"workers": workers, "seconds": seconds, "chunks_per_second": rate, "prefix": prefix,
-              "messages_written": written}  # fmt: skip
-    if spy is not None and (root / "worker.raw").exists():
-        result["profile"] = _profile_shares(root / "worker.raw")
-        print("  where the worker's time goes:", {k: f"{v:.0%}" for k, v in result["profile"].items()})
+    if metrics["events_processed"] != len(values):
+        print(f"  warning: the workers processed {metrics['events_processed']:.0f} of {len(values)} events")
+    if spy is not None and spy_raw.exists():
+        result["profile"] = profile_shares(spy_raw)
+        print(
+            "  where the worker's time goes:", {k: f"{v:.0%}" for k, v in result["profile"]["parts"].items()}
+        )
+        for frame, share in result["profile"]["top_frames"]:
+            print(f"    {share:6.1%}  {frame}")
     return result
 
 
-def _latency(rate_docs: float, root: Path, seconds: float = 30.0) -> dict[str, Any]:
+def _embedded(values: list[bytes], root: Path) -> dict[str, Any]:
+    """Run the embedded engine in this process over ``values`` (input event bytes) as ``streamdedup run`` does."""
+    from streamdedup.codec import decode_event
+    from streamdedup.core.engine import Engine
+    from streamdedup.drivers.embedded import EmbeddedRunner
+    from streamdedup.drivers.jsonl import FileSink
+    from streamdedup.store.rocksdb import RocksDBStore
+
+    settings = Settings()
+    limits = settings.event_limits()
+    store = RocksDBStore(root / "embedded-state")
+    sink = FileSink(str(root / "embedded-outputs.jsonl"))
+    try:
+        runner = EmbeddedRunner(Engine(settings.engine_params()), store)
+        cpu, busy = time.process_time(), machine_busy()
+        start = time.perf_counter()
+        for i in range(0, len(values), EMBEDDED_BATCH):
+            events = [decode_event(value, limits) for value in values[i : i + EMBEDDED_BATCH]]
+            runner.process(events, sink)
+        seconds = time.perf_counter() - start
+        cpu, busy = time.process_time() - cpu, machine_busy() - busy
+    finally:
+        sink.close()
+        store.close()
+    chunks = len(values) * CHUNKS_PER_DOCUMENT
+    result = {"documents": len(values), "chunks": chunks, "seconds": seconds, "cpu_seconds": cpu,
+              "chunks_per_second": chunks / seconds, "chunks_per_cpu_second": chunks / cpu,
+              "batch": EMBEDDED_BATCH, "machine_cpu_seconds": busy}  # fmt: skip
+    print(f"embedded engine: {result['chunks_per_second']:,.0f} chunks/s ({seconds:.1f} s, CPU {cpu:.1f} s)")
+    return result
+
+
+def _quix(values_for: Callable[[str], list[bytes]], root: Path) -> dict[str, Any]:
+    from benchmarks.quix_peer import run_quix_peer
+
+    prefix = f"bench-quix-{uuid.uuid4().hex[:6]}."
+    result = asyncio.run(
+        run_quix_peer(f"127.0.0.1:{PORT}", prefix, values_for(prefix), PARTITIONS, root / prefix, timeout=900)
+    )
+    print(
+        f"Quix Streams peer: {result['chunks_per_s']:,.0f} chunks/s from launch, "
+        f"{result['processing_chunks_per_s'] or 0:,.0f} after startup ({result['startup_seconds']} s); "
+        f"{result['chunks_per_cpu_s']:,.0f} chunks/CPU-s ({result['processing_chunks_per_cpu_s'] or 0:,.0f} after "
+        f"startup); outputs {result['output_records']}, originals {result['originals']} of {result['distinct']}"
+    )
+    return {"prefix": prefix, **result}
+
+
+def _latency(rate_docs: float, root: Path, seconds: float = LATENCY_SECONDS) -> dict[str, Any]:
     prefix = f"bench-lat-{uuid.uuid4().hex[:6]}."
     settings = Settings(broker=BROKER, topic_prefix=prefix, partitions=PARTITIONS)
     asyncio.run(ensure_topics(settings))
     group = _Workers(settings, 1, root / prefix)
     values = _events(prefix)[: int(rate_docs * seconds)]
     try:
-        group.wait_ready()
         group.wait_stable(settings)
         asyncio.run(_produce(settings, TopicNames(prefix).documents, values, rate=rate_docs))
         _wait_idle(settings)
@@ -356,13 +599,23 @@ def _latency(rate_docs: float, root: Path, seconds: float = 30.0) -> dict[str, A
     }
 
 
-def main() -> None:
+def start_broker() -> bool:
+    """Start the project's broker on :data:`PORT` unless one answers there; return whether this started it."""
+    if _answers(PORT):
+        return False
     script = REPO / "deploy" / "kafka" / "broker.sh"
-    env = {**os.environ, "KAFKA_PORT": str(PORT)}
-    started = False
-    if not _answers(PORT):
-        subprocess.run([str(script), "start"], env=env, check=True)
-        started = True
+    subprocess.run([str(script), "start"], env={**os.environ, "KAFKA_PORT": str(PORT)}, check=True)
+    return True
+
+
+def stop_broker() -> None:
+    """Stop the broker :func:`start_broker` started."""
+    script = REPO / "deploy" / "kafka" / "broker.sh"
+    subprocess.run([str(script), "stop"], env={**os.environ, "KAFKA_PORT": str(PORT)}, check=False)
+
+
+def main() -> None:
+    started = start_broker()
     root = Path(tempfile.mkdtemp(prefix="streamdedup-stream-"))
     try:
         settings = Settings(broker=BROKER)
@@ -377,14 +630,19 @@ def main() -> None:
         passthrough_messages = len(values) / passthrough_seconds
         print(f"aiokafka passthrough: {passthrough:,.0f} chunks/s ({passthrough_messages:,.0f} msg/s)")
         one = _service_run(1, _events, root)
+        embedded = _embedded(_events(one["prefix"]), root)
         two = _service_run(2, _events, root)
-        latency = _latency(one["chunks_per_second"] / 2 / CHUNKS_PER_DOCUMENT, root)
-        latency_quarter = _latency(one["chunks_per_second"] / 4 / CHUNKS_PER_DOCUMENT, root)
+        quix = _quix(_events, root)
+        latency = (
+            _latency(one["chunks_per_second"] / 2 / CHUNKS_PER_DOCUMENT, root)
+            if LATENCY_SECONDS > 0
+            else None
+        )
         profiled = _service_run(1, _events, root, profile=True) if _py_spy() else None
     finally:
         shutil.rmtree(root, ignore_errors=True)
         if started:
-            subprocess.run([str(script), "stop"], env=env, check=False)
+            stop_broker()
     save(
         "streaming",
         {
@@ -395,12 +653,25 @@ def main() -> None:
             "passthrough_messages_per_second": passthrough_messages,
             "passthrough_runs": PASSTHROUGH_RUNS,
             "one_worker": one,
+            "embedded": embedded,
             "two_workers": two,
+            "quix": quix,
             "ratio_one_worker_to_passthrough": one["chunks_per_second"] / passthrough,
+            "ratio_one_worker_to_embedded": one["chunks_per_second"] / embedded["chunks_per_second"],
             "ratio_two_workers_to_one": two["chunks_per_second"] / one["chunks_per_second"],
+            "ratio_two_to_one_per_cpu_second": two["chunks_per_cpu_second"] / one["chunks_per_cpu_second"],
+            "ratio_one_worker_to_quix": one["chunks_per_second"] / quix["chunks_per_s"],
+            "ratio_one_worker_to_quix_after_startup": one["chunks_per_second"]
+            / (quix["processing_chunks_per_s"] or quix["chunks_per_s"]),
+            "ratio_one_worker_to_quix_per_cpu_second": one["chunks_per_cpu_second"]
+            / quix["chunks_per_cpu_s"],
             "latency_at_half_rate": latency,
-            "latency_at_quarter_rate": latency_quarter,
             "profiled_one_worker": profiled,
+            "targets": {
+                "one_worker_to_embedded": TARGET_ONE_TO_EMBEDDED,
+                "two_to_one_per_cpu_second": TARGET_TWO_TO_ONE_PER_CPU,
+                "one_worker_to_quix": TARGET_ONE_TO_QUIX,
+            },
         },
     )
 
