@@ -19,3 +19,8 @@ def test_partition_is_in_range_and_stable(key, partitions):
 def test_known_value_from_the_java_client():
     # org.apache.kafka.common.utils.Utils.murmur2("21".getBytes()) == -973932308
     assert murmur2(b"21") == -973932308
+
+
+@given(st.text(max_size=80), st.integers(2, 64))
+def test_the_compiled_partitioner_agrees_with_murmur2(key, partitions):
+    assert partition_for(key, partitions) == (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions

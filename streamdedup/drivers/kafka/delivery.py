@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from aiokafka.partitioner import DefaultPartitioner
 
+from streamdedup.core.partitioning import positive_murmur2
 from streamdedup.drivers.kafka.metrics import Metrics
 
 __all__ = ["FaultPoints", "Sends", "TopicPartitions"]
 
-_partitioner = DefaultPartitioner()
+
+_NO_HEADERS: list[tuple[str, bytes]] = []  # the producer's record builder takes a list, and only reads it
 
 
 class FaultPoints:
@@ -67,15 +69,18 @@ class TopicPartitions:
             self._known[topic] = sorted(await self._producer.partitions_for(topic))
 
     def for_key(self, topic: str, key: bytes | None) -> int:
-        """Return the partition of ``key`` in ``topic`` (a random one for no key)."""
+        """Return the partition of ``key`` in ``topic`` as Kafka's default partitioner does (random for no key)."""
         parts = self._known[topic]
-        return int(_partitioner(key, parts, parts))
+        if key is None:
+            return random.choice(parts)
+        return parts[positive_murmur2(key) % len(parts)]
 
 
 @dataclass
 class _Batches:
     builders: list[Any] = field(default_factory=list)
     counts: list[int] = field(default_factory=list)
+    current: Any = None
 
 
 class Sends:
@@ -97,16 +102,19 @@ class Sends:
         partition: int,
         key: bytes | None,
         value: bytes | None,
-        headers: Sequence[tuple[str, bytes]] = (),
+        headers: list[tuple[str, bytes]] | None = None,
     ) -> None:
-        """Queue one record for ``topic``/``partition``."""
-        batches = self._by_tp.setdefault((topic, partition), _Batches())
-        if not batches.builders or (
-            batches.builders[-1].append(timestamp=None, key=key, value=value, headers=list(headers)) is None
+        """Queue one record for ``topic``/``partition`` (one ``headers`` list may serve many records)."""
+        headers = _NO_HEADERS if headers is None else headers
+        batches = self._by_tp.get((topic, partition))
+        if batches is None:
+            batches = self._by_tp[(topic, partition)] = _Batches()
+        if batches.current is None or (
+            batches.current.append(timestamp=None, key=key, value=value, headers=headers) is None
         ):
-            builder = self._producer.create_batch()
-            builder.append(timestamp=None, key=key, value=value, headers=list(headers))
-            batches.builders.append(builder)
+            batches.current = self._producer.create_batch()
+            batches.current.append(timestamp=None, key=key, value=value, headers=headers)
+            batches.builders.append(batches.current)
             batches.counts.append(0)
         batches.counts[-1] += 1
         self.records += 1
