@@ -1,3 +1,3 @@
-"""Testing aids shipped with the library: a reference model, invariant checks, a simulation driver, random feeds."""
+"""Testing aids shipped with the library: a reference model, invariant checks, random feeds."""
 
 __all__: list[str] = []

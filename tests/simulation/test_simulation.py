@@ -17,7 +17,7 @@ from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.feeds import ParagraphPool, random_feed
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, live_sources
-from streamdedup.testing.simulation import SimulationDriver
+from streamdedup.drivers.simulation import SimulationDriver
 from tests.helpers import run_embedded
 
 SEEDS = range(12)

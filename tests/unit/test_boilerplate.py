@@ -15,7 +15,7 @@ from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, live_sources_in_store
-from streamdedup.testing.simulation import SimulationDriver
+from streamdedup.drivers.simulation import SimulationDriver
 
 HEADER = (
     "Acme Handbook home policies benefits travel expenses security contact search help desk portal directory\n"
