@@ -6,7 +6,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import FrameType
 
@@ -17,10 +17,10 @@ from rich.table import Table
 
 from streamdedup.cli.progress import progress_bar
 from streamdedup.core.engine import Engine
-from streamdedup.core.messages import Output
-from streamdedup.drivers.embedded import EmbeddedRunner, Origin, RunCounters
+from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
+from streamdedup.drivers.feeds import RunReport, run_feed
 from streamdedup.drivers.folder import FolderFeed
-from streamdedup.drivers.jsonl import FileSink, RunReport, run_file
+from streamdedup.drivers.jsonl import FileSink, JsonlFeed
 from streamdedup.errors import ConfigurationError
 from streamdedup.settings import Settings
 from streamdedup.store.rocksdb import RocksDBStore
@@ -63,16 +63,10 @@ def run_command(
     if not source.is_dir():
         if watch:
             raise ConfigurationError("--watch needs a folder to watch, not a file")
-        progress = progress_bar(console, DownloadColumn())
-        with _opened(settings, state, out) as (runner, sink), progress:
-            task = progress.add_task(source.name, total=source.stat().st_size)
-            report = run_file(
-                runner,
-                source,
-                sink,
-                batch_size=settings.batch_size,
-                limits=settings.event_limits(),
-                progress=lambda done: progress.update(task, completed=done),
+        report = RunReport()
+        with _opened(settings, state, out) as (runner, sink):
+            _run_feed(
+                JsonlFeed(source, settings.event_limits()), runner, sink, settings.batch_size, report, console
             )
             counters = runner.counters
     else:
@@ -85,7 +79,7 @@ def run_command(
         report = RunReport()
         with _opened(settings, state, out) as (runner, sink):
             feed.load(runner.store.get_meta(feed.meta_key))
-            _sync_folder(feed, runner, sink, settings.batch_size, report, console)
+            _run_feed(feed, runner, sink, settings.batch_size, report, console)
             if watch:
                 console.print(f"watching {source} (Ctrl-C to stop); outputs go to {out}")
                 _watch(feed, runner, sink, settings.batch_size, report, console)
@@ -95,34 +89,37 @@ def run_command(
         console.print(f"outputs appended to {out}; state in {state}")
 
 
-def _sync_folder(
-    feed: FolderFeed,
+def _run_feed(
+    feed: JsonlFeed | FolderFeed,
     runner: EmbeddedRunner,
     sink: FileSink,
     batch_size: int,
     report: RunReport,
     console: Console,
 ) -> int:
-    items = feed.sync()
-    if not items:
-        return 0
-    with progress_bar(console, MofNCompleteColumn()) as progress:
-        task = progress.add_task(str(feed.root), total=len(items))
-        for start in range(0, len(items), batch_size):
-            batch = items[start : start + batch_size]
-            events = [item for _, _, item in batch if not isinstance(item, Output)]
-            letters = [item for _, _, item in batch if isinstance(item, Output)]
-            origins = [
-                Origin(None, {"file": str(feed.root / source_id)})
-                for source_id, _, item in batch
-                if not isinstance(item, Output)
-            ]
-            feed.seen(batch)
-            meta = {feed.meta_key: feed.dump()}
-            outputs = runner.process(events, sink, dead_letters=letters, meta=meta, origins=origins)
-            report.add(runner.last_applied, outputs)
-            progress.update(task, advance=len(batch))
-    return len(items)
+    """Run a feed with a progress bar (bytes of a file, files of a folder); return the events it held."""
+    column = DownloadColumn() if isinstance(feed, JsonlFeed) else MofNCompleteColumn()
+    label = feed.path.name if isinstance(feed, JsonlFeed) else str(feed.root)
+    before = report.events + report.dead_letters
+    with ExitStack() as stack:
+        progress = progress_bar(console, column)
+        task = progress.add_task(label, total=None)
+
+        def start(total: int) -> None:
+            if total:  # a folder with nothing new shows nothing
+                stack.enter_context(progress)
+                progress.update(task, total=total)
+
+        run_feed(
+            runner,
+            feed,
+            sink,
+            batch_size=batch_size,
+            report=report,
+            start=start,
+            progress=lambda done: progress.update(task, completed=done),
+        )
+    return report.events + report.dead_letters - before
 
 
 def _watch(
@@ -151,7 +148,7 @@ def _watch(
             yield_on_timeout=True,
             raise_interrupt=False,
         ):
-            applied = _sync_folder(feed, runner, sink, batch_size, report, console)
+            applied = _run_feed(feed, runner, sink, batch_size, report, console)
             if applied:
                 console.print(f"{applied} change(s) applied; {runner.counters.chunks:,} canonical chunks")
     finally:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,8 @@ from streamdedup.codec import (
 )
 from streamdedup.core.messages import Output
 from streamdedup.core.model import DeleteEvent, InputEvent, format_timestamp
+from streamdedup.drivers.embedded import Origin
+from streamdedup.drivers.feeds import FeedItem
 from streamdedup.errors import InvalidEventError
 
 __all__ = ["CONTENT_TYPES", "SIDECAR_SUFFIX", "FolderFeed"]
@@ -163,3 +166,18 @@ class FolderFeed:
                 self.known.pop(source_id, None)
             else:
                 self.known[source_id] = version
+
+    def open(self) -> tuple[int, Iterator[FeedItem]]:
+        """Return how many files changed since the last sync, and an item for each (progress in files)."""
+        items = self.sync()
+        return len(items), (
+            FeedItem(
+                item, Origin(None, {"file": str(self.root / source_id)}), done, (source_id, version, item)
+            )
+            for done, (source_id, version, item) in enumerate(items, start=1)
+        )
+
+    def consumed(self, items: Sequence[FeedItem]) -> dict[str, bytes]:
+        """Mark the files of a batch as seen; return the folder's state to commit with it."""
+        self.seen([item.key for item in items])
+        return {self.meta_key: self.dump()}

@@ -1,35 +1,20 @@
-"""Feeding the embedded runner from a JSONL file of input events, and writing its JSONL output."""
+"""A JSONL file of input events as a feed of the embedded runner, and the runner's JSONL output."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 from streamdedup.codec import DEFAULT_LIMITS, EventLimits, dead_letter, decode_event, encode_output_line
 from streamdedup.core.messages import Output
 from streamdedup.core.model import InputEvent
-from streamdedup.drivers.embedded import EmbeddedRunner, Origin
+from streamdedup.drivers.embedded import Origin
+from streamdedup.drivers.feeds import FeedItem
 from streamdedup.errors import InvalidEventError
 
-__all__ = ["FileSink", "Line", "RunReport", "read_events", "read_lines", "run_file"]
-
-
-@dataclass
-class RunReport:
-    """What one run over a file did: events applied, inputs dead-lettered, output records written."""
-
-    events: int = 0
-    dead_letters: int = 0
-    outputs: int = 0
-
-    def add(self, applied: int, outputs: list[Output]) -> None:
-        """Count a batch the runner processed: ``applied`` events and its outputs (dead letters among them)."""
-        self.events += applied
-        self.dead_letters += sum(1 for output in outputs if output.topic == "dlq")
-        self.outputs += len(outputs)
+__all__ = ["FileSink", "JsonlFeed", "Line", "read_events", "read_lines"]
 
 
 class Line(NamedTuple):
@@ -101,41 +86,17 @@ class FileSink:
         self._handle.close()
 
 
-def run_file(
-    runner: EmbeddedRunner,
-    path: Path,
-    sink: Callable[[list[Output]], None],
-    *,
-    batch_size: int,
-    limits: EventLimits = DEFAULT_LIMITS,
-    progress: Callable[[int], None] = lambda done: None,
-) -> RunReport:
-    """Run every event of a JSONL file through ``runner`` in batches; report progress in bytes read.
+class JsonlFeed:
+    """A JSONL file of input events as a feed (progress in bytes read)."""
 
-    Every non-blank line is either applied or dead-lettered, never both and never neither, whatever it holds.
-    """
-    report = RunReport()
-    events: list[InputEvent] = []
-    origins: list[Origin] = []
-    letters: list[Output] = []
+    def __init__(self, path: Path, limits: EventLimits = DEFAULT_LIMITS) -> None:
+        self.path, self.limits = path, limits
 
-    def flush() -> None:
-        outputs = runner.process(events, sink, dead_letters=letters, origins=origins)
-        report.add(runner.last_applied, outputs)
-        events.clear()
-        origins.clear()
-        letters.clear()
+    def open(self) -> tuple[int, Iterator[FeedItem]]:
+        """Return the file's size and an item per non-blank line."""
+        lines = read_events(self.path, self.limits)
+        return self.path.stat().st_size, (FeedItem(line.item, line.origin, line.done) for line in lines)
 
-    for line in read_events(path, limits):
-        if isinstance(line.item, Output):
-            letters.append(line.item)
-        else:
-            events.append(line.item)
-            origins.append(line.origin)
-        if len(events) + len(letters) >= batch_size:
-            flush()
-            progress(line.done)
-    if events or letters:
-        flush()
-    progress(path.stat().st_size)
-    return report
+    def consumed(self, items: Sequence[FeedItem]) -> dict[str, bytes]:
+        """A file has no position kept in the state: a new run reads it from the start."""
+        return {}

@@ -13,11 +13,11 @@ import pytest
 from streamdedup.codec import encode_output_line
 from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.drivers.simulation import SimulationDriver
 from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.feeds import ParagraphPool, random_feed
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, live_sources
-from streamdedup.drivers.simulation import SimulationDriver
 from tests.helpers import run_embedded
 
 SEEDS = range(12)

@@ -12,10 +12,10 @@ from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.drivers.simulation import SimulationDriver
 from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, live_sources_in_store
-from streamdedup.drivers.simulation import SimulationDriver
 
 HEADER = (
     "Acme Handbook home policies benefits travel expenses security contact search help desk portal directory\n"

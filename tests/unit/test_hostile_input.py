@@ -25,7 +25,8 @@ from streamdedup.core.messages import Output
 from streamdedup.core.params import EngineParams
 from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
-from streamdedup.drivers.jsonl import run_file
+from streamdedup.drivers.feeds import run_feed
+from streamdedup.drivers.jsonl import JsonlFeed
 from streamdedup.errors import InvalidEventError
 from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.hostile import HOSTILE_KINDS, hostile_line, mixed_feed, mutate, valid_event_data
@@ -125,7 +126,7 @@ def test_run_applies_or_dead_letters_every_line_exactly_once(raws, batch_size):
         path.write_bytes(b"\n".join(raws) + b"\n")
         outputs: list[Output] = []
         runner = EmbeddedRunner(engine, MemoryStore())
-        report = run_file(runner, path, outputs.extend, batch_size=batch_size, limits=LIMITS)
+        report = run_feed(runner, JsonlFeed(path, LIMITS), outputs.extend, batch_size=batch_size)
     events = [_decoded(raw) for raw in raws]
     invalid = [number for number, event in enumerate(events, start=1) if event is None]
     letters = [o.value["origin"]["line"] for o in outputs if o.topic == "dlq"]
@@ -221,7 +222,7 @@ def test_a_line_over_the_limit_is_dead_lettered_whatever_it_starts_with(tmp_path
     path.write_bytes(lead + encode_event(upsert("long", 1, ["x" * 1500])) + b"\r\n" + good + b"\n")
     outputs: list[Output] = []
     runner = EmbeddedRunner(Engine(EngineParams()), MemoryStore())
-    report = run_file(runner, path, outputs.extend, batch_size=4, limits=EventLimits(bytes=1024))
+    report = run_feed(runner, JsonlFeed(path, EventLimits(bytes=1024)), outputs.extend, batch_size=4)
     (letter,) = [o.value for o in outputs if o.topic == "dlq"]
     assert letter["origin"]["line"] == 1 and letter["origin"]["truncated_to"] == 1026
     assert "exceeds the limit of 1024 bytes" in letter["error"]

@@ -1,0 +1,95 @@
+"""Feeds of the embedded runner: one protocol for every source of input events, and the one loop that batches them.
+
+A :class:`Feed` yields :class:`FeedItem` objects: an input event or, for input that is not a valid event, its
+dead letter, with where it came from and how far along the feed it is. :func:`run_feed` takes them in batches of
+``batch_size``, runs each batch through the runner (which hands the outputs to the sink, then commits the state
+with the feed's own position) and reports progress. A JSONL file (:class:`~streamdedup.drivers.jsonl.JsonlFeed`)
+and a folder (:class:`~streamdedup.drivers.folder.FolderFeed`) are feeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from streamdedup.core.messages import Output
+from streamdedup.core.model import InputEvent
+from streamdedup.drivers.embedded import EmbeddedRunner, Origin
+
+__all__ = ["Feed", "FeedItem", "RunReport", "run_feed"]
+
+
+class FeedItem(NamedTuple):
+    """One input of a feed: its event or dead letter, where it came from, and the progress once it is consumed."""
+
+    item: InputEvent | Output
+    origin: Origin
+    done: int
+    key: Any = None  # the feed's own bookkeeping for this item
+
+
+class Feed(Protocol):
+    """A source of input events for the embedded runner."""
+
+    def open(self) -> tuple[int, Iterator[FeedItem]]:
+        """Return the total progress units (bytes, files, ...) and the items to feed."""
+        ...
+
+    def consumed(self, items: Sequence[FeedItem]) -> dict[str, bytes]:
+        """Note that ``items`` are about to be committed; return metadata to commit with them (the position)."""
+        ...
+
+
+@dataclass
+class RunReport:
+    """What one run over a feed did: events applied, inputs dead-lettered, output records written."""
+
+    events: int = 0
+    dead_letters: int = 0
+    outputs: int = 0
+
+    def add(self, applied: int, outputs: list[Output]) -> None:
+        """Count a batch the runner processed: ``applied`` events and its outputs (dead letters among them)."""
+        self.events += applied
+        self.dead_letters += sum(1 for output in outputs if output.topic == "dlq")
+        self.outputs += len(outputs)
+
+
+def run_feed(
+    runner: EmbeddedRunner,
+    feed: Feed,
+    sink: Callable[[list[Output]], None],
+    *,
+    batch_size: int,
+    report: RunReport | None = None,
+    start: Callable[[int], None] = lambda total: None,
+    progress: Callable[[int], None] = lambda done: None,
+) -> RunReport:
+    """Run every item of ``feed`` through ``runner`` in batches; ``start`` gets the total, ``progress`` the done.
+
+    Every item is either applied or dead-lettered, never both and never neither, whatever it holds.
+    """
+    report = report if report is not None else RunReport()
+    total, items = feed.open()
+    start(total)
+    batch: list[FeedItem] = []
+
+    def flush() -> None:
+        events = [i.item for i in batch if not isinstance(i.item, Output)]
+        origins = [i.origin for i in batch if not isinstance(i.item, Output)]
+        letters = [i.item for i in batch if isinstance(i.item, Output)]
+        meta = feed.consumed(batch)
+        outputs = runner.process(events, sink, dead_letters=letters, meta=meta, origins=origins)
+        report.add(runner.last_applied, outputs)
+        progress(batch[-1].done)
+        batch.clear()
+
+    for item in items:
+        batch.append(item)
+        if len(batch) >= batch_size:
+            flush()
+    if batch:
+        flush()
+    progress(total)
+    return report
