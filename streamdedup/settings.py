@@ -8,6 +8,7 @@ The CLI builds :class:`Settings` once and passes it down; nothing reads the envi
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,10 +16,14 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from streamdedup.codec import DEFAULT_LIMITS, EventLimits
-from streamdedup.core.params import POLICY_CRITERIA, EngineParams
+from streamdedup.core.params import EngineParams
 from streamdedup.errors import ConfigurationError
 
 __all__ = ["Settings"]
+
+
+#: The engine parameters' defaults, defined once in :class:`EngineParams`.
+_ENGINE: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(EngineParams)}
 
 
 class Settings(BaseSettings):
@@ -26,32 +31,49 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="STREAMDEDUP_", extra="ignore", frozen=True)
 
-    # Dedup parameters (design §3); the state refuses to open under different ones.
-    shingle_size: int = Field(5, ge=1, description="Words per shingle.")
-    num_perm: int = Field(128, ge=1, le=1024, description="MinHash permutations.")
+    # Dedup parameters (design §3; defaults and checks in EngineParams); the state refuses other ones.
+    shingle_size: int = Field(_ENGINE["shingle_size"], ge=1, description="Words per shingle.")
+    num_perm: int = Field(_ENGINE["num_perm"], ge=1, le=1024, description="MinHash permutations.")
     threshold: float = Field(
-        0.8, gt=0, le=1, description="Jaccard at or above which a verified pair is near."
+        _ENGINE["threshold"], gt=0, le=1, description="Jaccard at or above which a verified pair is near."
     )
-    min_shingles: int = Field(10, ge=1, description="Chunks with fewer distinct shingles merge only exactly.")
+    min_shingles: int = Field(
+        _ENGINE["min_shingles"], ge=1, description="Chunks with fewer distinct shingles merge only exactly."
+    )
     lsh_min_recall: float = Field(
-        0.99, gt=0, lt=1, description="Candidate probability wanted at J = threshold."
+        _ENGINE["lsh_min_recall"], gt=0, lt=1, description="Candidate probability wanted at J = threshold."
     )
-    lsh_bands: int = Field(0, ge=0, description="LSH bands; 0 chooses bands and rows from the recall.")
-    lsh_rows: int = Field(0, ge=0, description="LSH rows per band; set together with lsh_bands.")
-    seed: int = Field(1, description="Seed of the MinHash permutations.")
+    lsh_bands: int = Field(
+        _ENGINE["bands"], ge=0, description="LSH bands; 0 chooses bands and rows from the recall."
+    )
+    lsh_rows: int = Field(
+        _ENGINE["rows"], ge=0, description="LSH rows per band; set together with lsh_bands."
+    )
+    seed: int = Field(_ENGINE["seed"], description="Seed of the MinHash permutations.")
     canonical_policy: Annotated[tuple[str, ...], NoDecode] = Field(
-        POLICY_CRITERIA, description="Ordered canonical criteria, comma-separated in the environment."
+        _ENGINE["canonical_policy"],
+        description="Ordered canonical criteria, comma-separated in the environment.",
     )
-    max_chunk_chars: int = Field(2000, ge=100, description="Longest chunk the chunker makes, in characters.")
+    max_chunk_chars: int = Field(
+        _ENGINE["max_chunk_chars"], ge=100, description="Longest chunk the chunker makes, in characters."
+    )
     boilerplate_min_docs: int = Field(
-        20, ge=0, description="Documents a collection needs before lines count as boilerplate (0: never)."
+        _ENGINE["boilerplate_min_docs"],
+        ge=0,
+        description="Documents a collection needs before lines count as boilerplate (0: never).",
     )
     boilerplate_fraction: float = Field(
-        0.5, gt=0, le=1, description="Share of documents that makes a line boilerplate."
+        _ENGINE["boilerplate_fraction"],
+        gt=0,
+        le=1,
+        description="Share of documents that makes a line boilerplate.",
     )
-    boilerplate_max_line_chars: int = Field(200, ge=1, description="Longer lines are never boilerplate.")
+    boilerplate_max_line_chars: int = Field(
+        _ENGINE["boilerplate_max_line_chars"], ge=1, description="Longer lines are never boilerplate."
+    )
     boilerplate_allow: Annotated[tuple[str, ...], NoDecode] = Field(
-        (), description="Lines never treated as boilerplate, '|'-separated in the environment."
+        _ENGINE["boilerplate_allow"],
+        description="Lines never treated as boilerplate, '|'-separated in the environment.",
     )
 
     # Bounds on one input event (every driver); an event beyond one is dead-lettered, naming it.

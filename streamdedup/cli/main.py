@@ -6,6 +6,7 @@ Global options set engine parameters (also read from ``STREAMDEDUP_*``); each co
 
 from __future__ import annotations
 
+import difflib
 import logging
 from pathlib import Path
 from typing import Annotated, Any
@@ -38,29 +39,33 @@ def _settings(ctx: typer.Context) -> Settings:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    threshold: Annotated[float | None, typer.Option(help="Jaccard threshold for near copies.")] = None,
-    shingle_size: Annotated[int | None, typer.Option(help="Words per shingle.")] = None,
-    num_perm: Annotated[int | None, typer.Option(help="MinHash permutations.")] = None,
-    min_shingles: Annotated[int | None, typer.Option(help="Shorter chunks merge only exactly.")] = None,
-    canonical_policy: Annotated[
-        str | None,
-        typer.Option(help="Ordered canonical criteria, e.g. 'authority,modified_at,length,source_id'."),
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            metavar="NAME=VALUE",
+            help="Override a setting for this command, e.g. --set threshold=0.9 (repeatable; any setting).",
+        ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
 ) -> None:
-    """Read settings from the environment and these options."""
+    """Read settings from the environment (STREAMDEDUP_<NAME>) and --set."""
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    overrides: dict[str, Any] = {
-        "threshold": threshold,
-        "shingle_size": shingle_size,
-        "num_perm": num_perm,
-        "min_shingles": min_shingles,
-        "canonical_policy": canonical_policy,
-    }
+    overrides: dict[str, Any] = {}
+    for item in set_ or []:
+        name, sep, value = item.partition("=")
+        name = name.strip().lower().replace("-", "_")
+        if not sep or name not in Settings.model_fields:
+            known = difflib.get_close_matches(name, Settings.model_fields, n=3)
+            hint = f"; did you mean {', '.join(known)}?" if known else " (see 'streamdedup config')"
+            err.print(f"[red]invalid --set {item!r}:[/red] not NAME=VALUE for a setting{hint}")
+            raise typer.Exit(2)
+        overrides[name] = value
     try:
-        ctx.obj = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        ctx.obj = Settings(**overrides)
         ctx.obj.engine_params()
     except (ValidationError, StreamDedupError) as exc:
         err.print(f"[red]invalid settings:[/red] {exc}")

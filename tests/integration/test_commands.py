@@ -71,7 +71,7 @@ def test_produce_tail_and_materialize_commands(deployment, engine, tmp_path: Pat
 def test_a_worker_refuses_other_dedup_parameters(deployment):
     deployment.start_worker()
     deployment.wait_until_idle()  # the first worker has recorded the parameters
-    result = cli(deployment, "--threshold", "0.9", "worker", "--data-dir", str(deployment.root / "other"))
+    result = cli(deployment, "--set", "threshold=0.9", "worker", "--data-dir", str(deployment.root / "other"))
     assert result.returncode == 1
     assert "threshold=0.8 (settings say 0.9)" in " ".join(result.stderr.split())
 

@@ -61,7 +61,7 @@ def test_a_new_state_refuses_to_append_to_another_states_outputs(tmp_path):
 def test_state_refuses_other_parameters(tmp_path):
     state = tmp_path / "state"
     assert run("run", EXAMPLE, "--state", state, "--out", tmp_path / "o").exit_code == 0
-    result = run("--threshold", "0.9", "run", EXAMPLE, "--state", state, "--out", tmp_path / "o")
+    result = run("--set", "threshold=0.9", "run", EXAMPLE, "--state", state, "--out", tmp_path / "o")
     assert result.exit_code == 1
     assert "threshold=0.8 (settings say 0.9)" in " ".join(result.output.split())
 
@@ -94,7 +94,16 @@ def test_config_prints_banding_and_settings(tmp_path):
 
 
 def test_bad_settings_and_arguments_fail_clearly(tmp_path):
-    assert run("--threshold", "1.5", "config").exit_code == 2
+    assert run("--set", "threshold=1.5", "config").exit_code == 2
     assert run("inspect", "--state", tmp_path).exit_code == 2
     result = run("run", EXAMPLE, "--out", tmp_path / "o")
     assert result.exit_code == 2 and "no state directory" in result.output
+
+
+def test_any_setting_can_be_set_for_one_command_and_a_wrong_name_is_named():
+    result = run("--set", "shingle-size=3", "-s", "canonical_policy=source_id,length", "config")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "shingle_size │ 3 │" in text and "canonical_policy │ source_id,length │" in text
+    wrong = run("--set", "treshold=0.9", "config")
+    assert wrong.exit_code == 2 and "did you mean threshold" in " ".join(wrong.output.split())
