@@ -233,12 +233,15 @@ def _streaming(lines: list[str]) -> None:
         f"({chunks:,} chunks), {result['partitions']} partitions; every row from the same run, on the same broker",
         "and the same events (the Quix peer gets them as one message per chunk). A worker is timed once its group is",
         "stable and it is healthy (partition stores recovered), from the first produce until the last record it",
-        "wrote; its CPU is user + system of its process over the same window (psutil).\n",
+        "wrote; its CPU is user + system of its process over the same window (psutil). The embedded engine, the",
+        f"workers and the peer each ran {result.get('repeats', 1)} times, interleaved; the table shows each one's "
+        "best run (all runs' chunks/s below).\n",
         "| | chunks/s | ratio to passthrough | CPU s | chunks per CPU-s |",
         "|---|---:|---:|---:|---:|",
         *table,
         "",
         "![streaming](benchmarks/streaming.png)\n",
+        *_all_runs(result),
         *_streaming_traffic(result),
         *_latency_line(result),
         _target("one worker / embedded engine (chunks/s)", r_embedded, targets.get("one_worker_to_embedded", 0.5)),
@@ -260,6 +263,16 @@ def _streaming(lines: list[str]) -> None:
         "",
         *_streaming_profile(result),
     ]  # fmt: skip
+
+
+def _all_runs(result: dict[str, Any]) -> list[str]:
+    names = {"embedded": "embedded engine", "one_worker": "1 worker", "two_workers": "2 workers",
+             "quix": "Quix peer after startup"}  # fmt: skip
+    found = [(label, result[key].get("all_runs")) for key, label in names.items()]
+    if not any(runs for _, runs in found):
+        return []
+    text = "; ".join(f"{label} {', '.join(f'{r:,.0f}' for r in runs)}" for label, runs in found if runs)
+    return [f"Chunks/s of every run: {text}.\n"]
 
 
 def _machine_share(run: dict[str, Any], cores: int) -> str:

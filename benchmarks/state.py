@@ -223,7 +223,7 @@ def _kafka(root: Path) -> dict[str, Any]:
     group = _Workers(settings, 1, logs)
     try:
         asyncio.run(_produce(settings, documents, values))
-        _wait_idle(settings)
+        _wait_idle(settings, group)
         first = time.perf_counter() - start
         (metrics,) = group.scrape()
     finally:
