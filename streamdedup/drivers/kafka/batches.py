@@ -26,6 +26,10 @@ _decoder: msgspec.json.Decoder[list[Message]] = msgspec.json.Decoder(list[Messag
 
 def encode_batches(messages: Sequence[Message], *, max_bytes: int) -> Iterator[bytes]:
     """Encode messages as JSON arrays of at most ``max_bytes`` each (one message may exceed it alone)."""
+    whole = _encoder.encode(messages)
+    if len(whole) <= max_bytes or len(messages) == 1:  # the common case: one array, encoded in one call
+        yield whole
+        return
     parts: list[bytes] = []
     size = 2
     for message in messages:

@@ -46,6 +46,7 @@ from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output
 from streamdedup.core.model import InputEvent
 from streamdedup.core.partitioning import partition_for
+from streamdedup.core.view import OUTPUT_TOPICS
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.drivers.kafka.changelog import headers as call_headers
 from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
@@ -103,6 +104,7 @@ class StageWorker(mode.Service):
         self.faults = FaultPoints(settings.fault_kill_at)
         self.root = Path(settings.data_dir) / "partitions"
         self._stage_of = {self.names.stage(stage): stage for stage in STAGES}
+        self._output_topics = {topic: self.names.output(topic) for topic in OUTPUT_TOPICS}
         self.stores = PartitionStores(self.root, settings.engine_params())
         self.recovering = True
         self._lock = asyncio.Lock()
@@ -405,8 +407,9 @@ class StageWorker(mode.Service):
             for data in encode_batches(messages, max_bytes=self.settings.max_batch_bytes):
                 sends.add(self.names.stage(stage), partition, None, data)
         assert self._partitions is not None
+        topics = self._output_topics
         for output in outputs:
-            topic = self.names.output(output.topic)
+            topic = topics[output.topic]
             key = output.key.encode("utf-8") if output.key is not None else None
             value = None if output.value is None else _json.encode(output.value)
             sends.add(topic, self._partitions.for_key(topic, key), key, value)
