@@ -119,6 +119,7 @@ def machine() -> dict[str, Any]:
     except (OSError, ValueError, IndexError):
         pass
     return {
+        "commit": _commit(),
         "cpu": cpu,
         "cores": os.cpu_count(),
         "memory": memory,
@@ -126,6 +127,21 @@ def machine() -> dict[str, Any]:
         "system": f"{platform.system()} {platform.release()}",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+
+
+def _commit() -> str:
+    """Return the commit the benchmark ran (``STREAMDEDUP_BENCH_COMMIT`` for a snapshot outside git), with
+    ``-dirty`` when the work tree had changes."""
+    given = os.environ.get("STREAMDEDUP_BENCH_COMMIT")
+    if given:
+        return given
+    try:
+        found = subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return found.stdout.strip()
 
 
 def rss_bytes() -> int:

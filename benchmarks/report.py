@@ -62,6 +62,7 @@ def _machine(result: dict[str, Any]) -> str:
     m = result["machine"]
     return (
         f"{m['cpu']}, {m['cores']} cores, {m['memory']}, Python {m['python']}, {m['system']}; run {m['date']}"
+        + (f" at commit {m['commit']}" if m.get("commit") else "")
     )
 
 
@@ -201,27 +202,28 @@ def _streaming(lines: list[str]) -> None:
     passthrough = result["passthrough_chunks_per_second"]
     chunks = one["chunks"]
     quix_after = quix["processing_chunks_per_s"] or quix["chunks_per_s"]
-    quix_cpu_after = quix["processing_chunks_per_cpu_s"] or quix["chunks_per_cpu_s"]
+
+    def per_cpu(run: dict[str, Any], key: str) -> float:
+        return float(run.get("best_chunks_per_cpu_second") or run[key])
+
     rows = [
         ("aiokafka consume-and-produce passthrough (baseline, best of "
-         f"{result.get('passthrough_runs', 1)})", passthrough, None, None),
+         f"{result.get('passthrough_runs', 1)})", passthrough, None),
         (f"embedded engine in one process (RocksDB, batches of {embedded['batch']}, same events)",
-         embedded["chunks_per_second"], [embedded["cpu_seconds"]], embedded["chunks_per_cpu_second"]),
+         embedded["chunks_per_second"], per_cpu(embedded, "chunks_per_cpu_second")),
         ("streamdedup, 1 worker (first produce to last record written)", one["chunks_per_second"],
-         one["cpu_seconds"], one["chunks_per_cpu_second"]),
-        ("streamdedup, 2 workers", two["chunks_per_second"], two["cpu_seconds"], two["chunks_per_cpu_second"]),
-        ("Quix Streams peer, exact-only, from launch", quix["chunks_per_s"], [quix["cpu_seconds"]],
-         quix["chunks_per_cpu_s"]),
+         per_cpu(one, "chunks_per_cpu_second")),
+        ("streamdedup, 2 workers (CPU of both)", two["chunks_per_second"], per_cpu(two, "chunks_per_cpu_second")),
+        ("Quix Streams peer, exact-only, from launch", quix["chunks_per_s"], quix["chunks_per_cpu_s"]),
         (f"Quix Streams peer, after its startup ({quix['startup_seconds']:.1f} s)", quix_after,
-         [quix["cpu_seconds"] - (quix["startup_cpu_seconds"] or 0)], quix_cpu_after),
+         per_cpu(quix, "processing_chunks_per_cpu_s")),
     ]  # fmt: skip
     _bar(PLOTS / "streaming.png", [r[0].split(" (")[0] for r in rows[1:]], [r[1] for r in rows[1:]],
          "Streaming: chunks/s on the same feed and broker", "chunks/s (same run)")  # fmt: skip
-    table = []
-    for label, rate, cpu, per_cpu in rows:
-        cpu_text = "" if cpu is None else " + ".join(f"{c:.1f}" for c in cpu)
-        per_cpu_text = "" if per_cpu is None else f"{per_cpu:,.0f}"
-        table.append(f"| {label} | {rate:,.0f} | {rate / passthrough:.3f} | {cpu_text} | {per_cpu_text} |")
+    table = [
+        f"| {label} | {rate:,.0f} | {rate / passthrough:.3f} | {'' if cpu is None else f'{cpu:,.0f}'} |"
+        for label, rate, cpu in rows
+    ]
     targets = result.get("targets", {})
     r_embedded = result["ratio_one_worker_to_embedded"]
     r_cpu = result["ratio_two_to_one_per_cpu_second"]
@@ -235,9 +237,9 @@ def _streaming(lines: list[str]) -> None:
         "stable and it is healthy (partition stores recovered), from the first produce until the last record it",
         "wrote; its CPU is user + system of its process over the same window (psutil). The embedded engine, the",
         f"workers and the peer each ran {result.get('repeats', 1)} times, interleaved; the table shows each one's "
-        "best run (all runs' chunks/s below).\n",
-        "| | chunks/s | ratio to passthrough | CPU s | chunks per CPU-s |",
-        "|---|---:|---:|---:|---:|",
+        "best chunks/s and best chunks per CPU-s (every run below).\n",
+        "| | chunks/s | ratio to passthrough | chunks per CPU-s |",
+        "|---|---:|---:|---:|",
         *table,
         "",
         "![streaming](benchmarks/streaming.png)\n",
@@ -251,10 +253,10 @@ def _streaming(lines: list[str]) -> None:
         _target("one worker / Quix Streams peer after its startup (chunks/s)", r_quix,
                 targets.get("one_worker_to_quix", 1.0),
                 note=f"; from the peer's launch: {result['ratio_one_worker_to_quix']:.2f}; per CPU-s: "
-                f"{one['chunks_per_cpu_second'] / quix_cpu_after:.2f} of the peer's after startup"),
+                f"{result['ratio_one_worker_to_quix_per_cpu_second']:.2f} of the peer's"),
         "",
         f"One worker used {sum(one['cpu_seconds']):.1f} CPU-s in {one['seconds']:.1f} s: busy {busy:.0%} of the "
-        "time; the rest it waited for Kafka (each call waits for its outputs, then for its changelog call)"
+        "time (the rest it waited for Kafka: each call waits for its outputs, then for its changelog call)"
         + _machine_share(one, result["machine"]["cores"]) + ". "
         f"The embedded engine alone, with no Kafka at all, reaches {embedded['chunks_per_second'] / quix_after:.2f} "
         "of the Quix peer's rate: the peer hashes each chunk once and keeps one state record per distinct text, "
@@ -271,8 +273,12 @@ def _all_runs(result: dict[str, Any]) -> list[str]:
     found = [(label, result[key].get("all_runs")) for key, label in names.items()]
     if not any(runs for _, runs in found):
         return []
-    text = "; ".join(f"{label} {', '.join(f'{r:,.0f}' for r in runs)}" for label, runs in found if runs)
-    return [f"Chunks/s of every run: {text}.\n"]
+
+    def run_text(run: Any) -> str:
+        return f"{run[0]:,.0f} ({run[1]:,.0f} per CPU-s)" if isinstance(run, list) else f"{run:,.0f}"
+
+    text = "; ".join(f"{label} {', '.join(run_text(r) for r in runs)}" for label, runs in found if runs)
+    return [f"Chunks/s of every run, in order: {text}.\n"]
 
 
 def _machine_share(run: dict[str, Any], cores: int) -> str:
