@@ -522,8 +522,10 @@ def _embedded(values: list[bytes], root: Path) -> dict[str, Any]:
 
     settings = Settings()
     limits = settings.event_limits()
-    store = RocksDBStore(root / "embedded-state")
-    sink = FileSink(str(root / "embedded-outputs.jsonl"))
+    run = root / f"embedded-{uuid.uuid4().hex[:6]}"  # a new state every run, as every worker run has
+    run.mkdir(parents=True)
+    store = RocksDBStore(run / "state")
+    sink = FileSink(str(run / "outputs.jsonl"))
     try:
         runner = EmbeddedRunner(Engine(settings.engine_params()), store)
         cpu, busy = time.process_time(), machine_busy()
