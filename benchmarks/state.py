@@ -115,22 +115,23 @@ TARGETS = {"restart_kept_seconds": 2.0, "restart_rebuilt_seconds": 5.0}
 RESTARTS = 2  # runs of each restart; the faster counts
 
 
-def _changelog_records(settings: Settings) -> int:
-    """Return how many records the stages' changelog topics hold (the sum of their end offsets)."""
+def _changelog_records(settings: Settings) -> dict[str, int]:
+    """Return how many records each stage's changelog topic holds (the sum of its end offsets)."""
     from aiokafka import AIOKafkaConsumer
     from aiokafka.structs import TopicPartition
 
     from streamdedup.core.messages import STAGES
 
-    async def count() -> int:
+    async def count() -> dict[str, int]:
         consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers)
         await consumer.start()
         try:
             names = TopicNames(settings.topic_prefix)
-            partitions = [
-                TopicPartition(names.changelog(s), p) for s in STAGES for p in range(settings.partitions)
-            ]
-            return sum((await consumer.end_offsets(partitions)).values())
+            out = {}
+            for stage in STAGES:
+                partitions = [TopicPartition(names.changelog(stage), p) for p in range(settings.partitions)]
+                out[stage] = sum((await consumer.end_offsets(partitions)).values())
+            return out
         finally:
             await consumer.stop()
 
@@ -229,7 +230,8 @@ def _kafka(root: Path) -> dict[str, Any]:
         (metrics,) = group.scrape()
     finally:
         group.stop()
-    changelog_records = _changelog_records(settings)
+    by_stage = _changelog_records(settings)
+    changelog_records = sum(by_stage.values())
     data_bytes = sum(f.stat().st_size for f in data.rglob("*") if f.is_file())
     print(
         f"first run over {len(values)} documents: {first:.1f} s; changelogs hold {changelog_records:,} records"
@@ -254,6 +256,7 @@ def _kafka(root: Path) -> dict[str, Any]:
         "first_run_seconds": first,
         "first_run_changelog_records": metrics["changelog_records"],
         "changelog_records": changelog_records,
+        "changelog_records_by_stage": by_stage,
         "data_dir_bytes": data_bytes,
         "restart_kept": kept,
         "restart_rebuilt": rebuilt,
