@@ -445,7 +445,7 @@ def _restart_runs(kafka: dict[str, Any]) -> list[str]:
         return ", ".join(f"{run['first_event_seconds']:.2f} s" for run in runs)
 
     return [
-        f"Each restart ran {len(kept)} times; the table shows the faster (until the new document's mapping: with "
+        f"Each restart ran {len(kept)} times; the table shows the fastest (until the new document's mapping: with "
         f"local state {seconds(kept)}; rebuilt {seconds(rebuilt)}).",
         "",
     ]
