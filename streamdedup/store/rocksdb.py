@@ -124,6 +124,23 @@ class RocksDBStore:
             batch.put(key.encode("utf-8"), value, self._handles[_META])
         self._db.write(batch)
 
+    def commit_raw(
+        self, stage: str, partition: int, writes: Mapping[bytes, bytes | None], meta: Mapping[str, bytes]
+    ) -> None:
+        """Like :meth:`commit` for one stage partition, with keys already UTF-8 (a changelog's replay)."""
+        self._family(_META)
+        handle = self._handles[stage]
+        prefix = partition.to_bytes(2, "big")
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for key, value in writes.items():
+            if value is None:
+                batch.delete(prefix + key, handle)
+            else:
+                batch.put(prefix + key, value, handle)
+        for name, value in meta.items():
+            batch.put(name.encode("utf-8"), value, self._handles[_META])
+        self._db.write(batch)
+
     def keys(self, stage: str) -> list[tuple[int, str]]:
         """Return the (partition, key) pairs of a stage, in key order."""
         # Iterating an Rdict in raw mode fails; its keys() view works.

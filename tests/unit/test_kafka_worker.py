@@ -180,8 +180,9 @@ def test_a_call_sends_outputs_then_one_changelog_call_and_commits_its_offsets(tm
         (b"b3", b"3"),
         (b"b4", b"4"),
     ]
-    calls = {read_headers(r.headers) for r in changelog}
-    assert len(calls) == 1 and next(iter(calls))[1:] == (4, 11)  # one call of 4 records, applied up to 11
+    closers = [read_headers(r.headers) for r in changelog]
+    assert closers[:3] == [None, None, None]  # only the last record of a call carries its headers
+    assert closers[3] is not None and closers[3][1:] == (4, 11)  # one call of 4 records, applied up to 11
     audits = [r for tp, rs in logs.records.items() if tp.topic == "t.audit" for r in rs]
     assert sorted(r.key for r in audits) == [b"b1", b"b2", b"b3", b"b4"]
     assert logs.sends == 2 + len(
@@ -277,7 +278,7 @@ def test_a_call_cut_short_at_the_end_of_the_log_is_left_out_and_repaired(tmp_pat
     store = open_store(worker)
     asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
     # A crash in the middle of sending a call: one of its three records reached the log.
-    logs.of(CHANGELOG.topic, 1).append(Record(2, b"b1", b"changed", headers("cut", 3, 11)))
+    logs.of(CHANGELOG.topic, 1).append(Record(2, b"b1", b"changed"))
     worker.stores.partitions.pop(("band", 1)).close()
 
     fresh = make_worker(tmp_path / "new", logs, band_handler())
@@ -301,25 +302,26 @@ def test_recovery_rebuilds_when_the_store_and_the_log_disagree(tmp_path):
     assert state_of(store) == {} and store.changelog == -1
 
 
-def test_replay_applies_a_compacted_call_and_keeps_records_of_other_writers():
+def test_replay_applies_compacted_and_repaired_groups_and_holds_back_a_cut_one():
     replay = Replay()
     replay.feed(5, b"a", b"1", headers("c1", 3, 7))  # two records of c1 were compacted away
-    replay.feed(9, b"b", b"2", headers("c2", 1, 8))
-    replay.feed(10, b"c", b"3", [])  # a record without call headers
+    replay.feed(9, b"b", b"cut", [])  # a call a crash cut short ...
+    replay.feed(12, b"b", b"2", headers("repair", 1, 7))  # ... and the repair its next owner wrote
+    replay.feed(13, b"c", b"3", [])  # at the end of the log, no closing record yet
     calls = replay.take()
     assert [(c.applied, c.last_offset, c.writes) for c in calls] == [
-        (7, 5, {"a": b"1"}),
-        (8, 9, {"b": b"2"}),
-        (-1, 10, {"c": b"3"}),
+        (7, 5, {b"a": b"1"}),
+        (7, 12, {b"b": b"2"}),
     ]
-    assert replay.trailing_keys() == []
+    assert replay.trailing_keys() == ["c"] and (replay.calls, replay.short) == (2, 1)
 
 
 def test_recover_replays_to_the_end_and_reports_what_it_did(tmp_path):
     logs = Logs()
     log = logs.of(CHANGELOG.topic, 1)
     for i in range(7):
-        log.append(Record(i, f"k{i % 3}".encode(), str(i).encode(), headers(f"c{i // 2}", 2, 100 + i // 2)))
+        closing = headers(f"c{i // 2}", 2, 100 + i // 2) if i % 2 else []
+        log.append(Record(i, f"k{i % 3}".encode(), str(i).encode(), closing))
     store = PartitionStore(tmp_path, "band", 1, SETTINGS.engine_params())
     (report,) = asyncio.run(recover(RestoreConsumer(logs), {CHANGELOG: store})).values()  # type: ignore[arg-type]
     assert report.records == 6 and report.trailing == ("k0",)  # record 6 starts a call that never ended

@@ -83,16 +83,17 @@ class PartitionStore:
         self.applied, self.changelog = applied, changelog
 
     def apply_calls(self, calls: Iterable[AppliedCall]) -> int:
-        """Write replayed calls in one write batch; return how many records they held."""
-        txn = self.transaction()
+        """Write replayed calls in one write batch, keys as the changelog holds them; return their records."""
+        writes: dict[bytes, bytes | None] = {}
         applied, last, records = self.applied, self.changelog, 0
         for call in calls:
-            for key, value in call.writes.items():
-                txn.changes[(self.stage, self.partition, key)] = value
+            writes.update(call.writes)
             records += len(call.writes)
             applied, last = max(applied, call.applied), max(last, call.last_offset)
         if records:
-            self.commit(txn, applied=applied, changelog=last)
+            meta = {APPLIED_KEY: str(applied).encode(), CHANGELOG_KEY: str(last).encode()}
+            self.store.commit_raw(self.stage, self.partition, writes, meta)
+            self.applied, self.changelog = applied, last
         return records
 
     def current(self, keys: Iterable[str]) -> dict[str, bytes | None]:
@@ -240,7 +241,7 @@ async def recover(
             replay = replays[tp]
             for record in records:
                 if record.offset < ends[tp]:
-                    replay.feed(record.offset, record.key, record.value, list(record.headers))
+                    replay.feed(record.offset, record.key, record.value, record.headers)
             reports[tp].records += stores[tp].apply_calls(replay.take())
         for tp in list(remaining):
             if await consumer.position(tp) >= ends[tp]:

@@ -423,8 +423,12 @@ class StageWorker(mode.Service):
         hdrs = call_headers(f"{self._instance}-{self._calls}", len(changes), applied)
         sends = self._sends("changelog")
         topic = self.names.changelog(store.stage)
-        for key in sorted(changes):
-            sends.add(topic, store.partition, key.encode("utf-8"), changes[key], hdrs)
+        keys = sorted(changes)
+        for key in keys[:-1]:
+            sends.add(topic, store.partition, key.encode("utf-8"), changes[key])
+        sends.add(
+            topic, store.partition, keys[-1].encode("utf-8"), changes[keys[-1]], hdrs
+        )  # closes the call
         self.metrics.changelog_records.inc(len(changes))
         last = await sends.send()
         return last[(topic, store.partition)]
