@@ -442,10 +442,17 @@ def _restart_runs(kafka: dict[str, Any]) -> list[str]:
         return []
 
     def seconds(runs: list[dict[str, Any]]) -> str:
-        return ", ".join(f"{run['first_event_seconds']:.2f} s" for run in runs)
+        def one(run: dict[str, Any]) -> str:
+            if run.get("machine_cpu_seconds") is None:
+                return f"{run['first_event_seconds']:.2f} s"
+            cores = run["machine_cpu_seconds"] / run["window_seconds"]
+            return f"{run['first_event_seconds']:.2f} s ({cores:.1f} cores busy)"
+
+        return ", ".join(one(run) for run in runs)
 
     return [
-        f"Each restart ran {len(kept)} times; the table shows the fastest (until the new document's mapping: with "
+        f"Each restart ran {len(kept)} times; the table shows the fastest (until the new document's mapping, and how "
+        "busy the whole machine was meanwhile, the worker included: with "
         f"local state {seconds(kept)}; rebuilt {seconds(rebuilt)}).",
         "",
     ]

@@ -33,7 +33,16 @@ from typing import Any
 import msgspec
 
 from benchmarks.common import django_files, save
-from benchmarks.streaming import BROKER, PARTITIONS, _produce, _wait_idle, _Workers, start_broker, stop_broker
+from benchmarks.streaming import (
+    BROKER,
+    PARTITIONS,
+    _produce,
+    _wait_idle,
+    _Workers,
+    machine_busy,
+    start_broker,
+    stop_broker,
+)
 from streamdedup.codec import encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
@@ -170,6 +179,7 @@ def _restart(settings: Settings, logs: Path, probe: bytes, probe_key: str) -> di
         await consumer.seek_to_end()
         for tp in consumer.assignment():
             await consumer.position(tp)  # resolve "latest" now, before the worker writes anything
+        busy = machine_busy()
         launched_wall, launched = time.time(), time.perf_counter()
         group = _Workers(settings, 1, logs)
         answered: float | None = None
@@ -192,6 +202,8 @@ def _restart(settings: Settings, logs: Path, probe: bytes, probe_key: str) -> di
                     for record in records:
                         if record.key == probe_key.encode() and mapped is None:
                             mapped = record.timestamp / 1000 - launched_wall
+            window = time.perf_counter() - launched
+            busy = machine_busy() - busy
             (metrics,) = await asyncio.to_thread(group.scrape)
         finally:
             await consumer.stop()
@@ -204,6 +216,9 @@ def _restart(settings: Settings, logs: Path, probe: bytes, probe_key: str) -> di
             "recoveries": metrics["recoveries"],
             "recovered_records": metrics["recovered_records"],
             "events_processed": metrics["events_processed"],
+            # How busy the machine was meanwhile (every process, the worker's start included), of 2 x window.
+            "machine_cpu_seconds": busy,
+            "window_seconds": window,
         }
 
     return asyncio.run(run())
