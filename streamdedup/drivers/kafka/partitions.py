@@ -237,12 +237,14 @@ async def recover(
                 f"recovery did not reach the end of {sorted(map(str, remaining))} in {timeout} s"
             )
         fetched = await consumer.getmany(*remaining, timeout_ms=500, max_records=_REPLAY_COMMIT_RECORDS)
-        for tp, records in fetched.items():
-            replay = replays[tp]
+        for tp, fetched_records in fetched.items():
+            feed, end = replays[tp].feed, ends[tp]
+            records = fetched_records
+            if records[-1].offset >= end:  # past the end recovery set out to reach
+                records = [r for r in records if r.offset < end]
             for record in records:
-                if record.offset < ends[tp]:
-                    replay.feed(record.offset, record.key, record.value, record.headers)
-            reports[tp].records += stores[tp].apply_calls(replay.take())
+                feed(record.offset, record.key, record.value, record.headers)
+            reports[tp].records += stores[tp].apply_calls(replays[tp].take())
         for tp in list(remaining):
             if await consumer.position(tp) >= ends[tp]:
                 remaining.discard(tp)
