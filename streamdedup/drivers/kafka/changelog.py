@@ -68,7 +68,6 @@ class Replay:
     def __init__(self) -> None:
         self._writes: dict[bytes, bytes | None] = {}
         self._ready: list[AppliedCall] = []
-        self.records = 0
         self.calls = 0
         self.short = 0  # groups with fewer or more records than their count: compacted, or cut and repaired
 
@@ -76,7 +75,6 @@ class Replay:
         self, offset: int, key: bytes | None, value: bytes | None, raw_headers: Sequence[tuple[str, bytes]]
     ) -> None:
         """Take the next record of the log."""
-        self.records += 1
         if key is None:
             return
         writes = self._writes

@@ -134,8 +134,7 @@ class StageWorker(mode.Service):
         )
         await self._producer.start()
         self._partitions = TopicPartitions(self._producer)
-        await self._partitions.load([self.names.output(t) for t in ("canonical-chunks", "source-mappings")])
-        await self._partitions.load([self.names.output(t) for t in ("review", "audit", "dlq")])
+        await self._partitions.load(list(self._output_topics.values()))
         self._restore = AIOKafkaConsumer(
             bootstrap_servers=servers,
             enable_auto_commit=False,
