@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from streamdedup.core.messages import BROADCAST, Message, Output, route
+from streamdedup.core.messages import Message, Output, split
 from streamdedup.core.model import InputEvent
 from streamdedup.core.params import EngineParams
-from streamdedup.core.partitioning import partition_for
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.signatures import SignatureScheme
 from streamdedup.core.stages import BandStage, CollectionStage, ContentStage, SourceStage
@@ -71,9 +70,6 @@ class Engine:
         return self.stages[stage].handle(messages, state)
 
     @staticmethod
-    def destinations(message: Message, partitions: int) -> list[tuple[str, int]]:
-        """Return the stage and partitions (among ``partitions``) that receive ``message``."""
-        stage, key = route(message)
-        if key == BROADCAST:
-            return [(stage, p) for p in range(partitions)]
-        return [(stage, partition_for(key, partitions))]
+    def destinations(message: Message, partitions: int) -> list[tuple[str, int, Message]]:
+        """Return each stage partition (among ``partitions``) that receives ``message``, with what it receives."""
+        return split(message, partitions)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import msgspec
 
 from streamdedup.core.model import AclEvent, DeleteEvent, Rank, SourceAttrs, UpsertEvent
+from streamdedup.core.partitioning import partition_for
 
 __all__ = [
     "BROADCAST",
@@ -32,6 +33,7 @@ __all__ = [
     "VerifyRequest",
     "VerifyResult",
     "route",
+    "split",
 ]
 
 #: The stages in pipeline order: per source, per content hash, per LSH band key, per collection.
@@ -94,19 +96,23 @@ class ContentStatus(msgspec.Struct, frozen=True, tag="status", tag_field="op"):
 
 
 class BandJoin(msgspec.Struct, frozen=True, tag="join", tag_field="op"):
-    """Content → band: add this content to the band's bucket and tell it who else is there."""
+    """Content → band: add this content to the buckets of ``band_keys`` and tell it who else is there.
 
-    band_key: str
+    A content sends one join with all its band keys; drivers deliver one join per band partition, holding the keys
+    of that partition (:func:`split`).
+    """
+
     content_hash: str
     epoch: int
+    band_keys: tuple[str, ...]
 
 
 class BandLeave(msgspec.Struct, frozen=True, tag="leave", tag_field="op"):
-    """Content → band: the content is gone."""
+    """Content → band: the content is gone from the buckets of ``band_keys`` (delivered like :class:`BandJoin`)."""
 
-    band_key: str
     content_hash: str
     epoch: int
+    band_keys: tuple[str, ...]
 
 
 class BandAck(msgspec.Struct, frozen=True, tag="ack", tag_field="op"):
@@ -198,8 +204,6 @@ _ROUTES: dict[type, tuple[str, str]] = {
     AclEvent: ("source", "source_id"),
     ContentStatus: ("source", "source_id"),
     LineUpdate: ("collection", "collection"),
-    BandJoin: ("band", "band_key"),
-    BandLeave: ("band", "band_key"),
     RefUpdate: ("content", "content_hash"),
     BandAck: ("content", "content_hash"),
     VerifyRequest: ("content", "content_hash"),
@@ -209,8 +213,35 @@ _ROUTES: dict[type, tuple[str, str]] = {
 
 
 def route(message: Message) -> tuple[str, str]:
-    """Return the stage that handles ``message`` and the key it is partitioned by (:data:`BROADCAST`: all)."""
+    """Return the stage that handles ``message`` and the key it is partitioned by (:data:`BROADCAST`: all).
+
+    A band message is partitioned by each of its band keys: this returns its first; :func:`split` divides it.
+    """
     if isinstance(message, BoilerplateUpdate):
         return "source", BROADCAST
+    if isinstance(message, (BandJoin, BandLeave)):
+        return "band", message.band_keys[0]
     stage, attribute = _ROUTES[type(message)]
     return stage, getattr(message, attribute)
+
+
+def split(message: Message, partitions: int) -> list[tuple[str, int, Message]]:
+    """Return each (stage, partition, message) that delivering ``message`` among ``partitions`` takes.
+
+    A band message becomes one message per band partition that its keys fall in, each holding those keys in their
+    original order; a broadcast goes to every partition; any other message goes to the partition of its key.
+    """
+    if isinstance(message, (BandJoin, BandLeave)):
+        if partitions == 1:
+            return [("band", 0, message)]
+        groups: dict[int, list[str]] = {}
+        for band_key in message.band_keys:
+            groups.setdefault(partition_for(band_key, partitions), []).append(band_key)
+        return [
+            ("band", partition, msgspec.structs.replace(message, band_keys=tuple(keys)))
+            for partition, keys in groups.items()
+        ]
+    stage, key = route(message)
+    if key == BROADCAST:
+        return [(stage, p, message) for p in range(partitions)]
+    return [(stage, partition_for(key, partitions), message)]

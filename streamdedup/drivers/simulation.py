@@ -74,9 +74,8 @@ class SimulationDriver:
         self.redeliveries = 0
 
     def _enqueue(self, message: Message) -> None:
-        encoded = _encoder.encode(message)
-        for address in self.engine.destinations(message, self.partitions):
-            self.queues[address].append(encoded)
+        for stage, partition, part in self.engine.destinations(message, self.partitions):
+            self.queues[(stage, partition)].append(_encoder.encode(part))
 
     def run(self, events: Sequence[InputEvent]) -> list[Output]:
         """Feed ``events`` in order while processing, until nothing is left; return the outputs of this run."""

@@ -10,7 +10,7 @@ from streamdedup.settings import Settings
 
 
 def test_batches_round_trip_and_split_by_size():
-    messages = [BandJoin(f"band-{i:04d}", "h" * 64, i) for i in range(200)]
+    messages = [BandJoin("h" * 64, i, (f"band-{i:04d}",)) for i in range(200)]
     parts = list(encode_batches(messages, max_bytes=2000))
     assert len(parts) > 1 and all(len(p) <= 2000 for p in parts)
     assert [m for p in parts for m in decode_batch(p)] == messages  # order kept across the split
@@ -18,7 +18,7 @@ def test_batches_round_trip_and_split_by_size():
 
 def test_an_oversized_message_travels_alone():
     big = RefUpdate("h", "s", 1, (0,), ("x" * 5000,), "x" * 5000)
-    parts = list(encode_batches([BandJoin("k", "h", 1), big, BandJoin("k", "h", 2)], max_bytes=1000))
+    parts = list(encode_batches([BandJoin("h", 1, ("k",)), big, BandJoin("h", 2, ("k",))], max_bytes=1000))
     assert [len(decode_batch(p)) for p in parts] == [1, 1, 1]
 
 

@@ -148,14 +148,14 @@ def band_handler(fail_on: int = -1) -> Any:
         if any(m.epoch == fail_on for m in messages):
             raise ValueError(f"cannot handle epoch {fail_on}")
         for m in messages:
-            state.put(m.band_key, str(m.epoch).encode())
-        return [Output("audit", m.band_key, {"action": "split", "epoch": m.epoch}) for m in messages]
+            state.put(m.band_keys[0], str(m.epoch).encode())
+        return [Output("audit", m.band_keys[0], {"action": "split", "epoch": m.epoch}) for m in messages]
 
     return handle
 
 
 def records(offset: int, *epochs: int) -> Record:
-    (value,) = encode_batches([BandJoin(f"b{e}", "h", e) for e in epochs], max_bytes=1 << 20)
+    (value,) = encode_batches([BandJoin("h", e, (f"b{e}",)) for e in epochs], max_bytes=1 << 20)
     return Record(offset, None, value)
 
 
@@ -217,7 +217,7 @@ def test_a_handler_failure_dead_letters_one_message_and_applies_the_rest(tmp_pat
     ((letter,),) = [rs for tp, rs in logs.records.items() if tp.topic == "t.dlq"]
     hdrs = dict(letter.headers)
     assert hdrs["origin-offset"] == b"11" and b"ValueError: cannot handle epoch 3" in hdrs["error"]
-    assert decode_batch(letter.value) == [BandJoin("b3", "h", 3)]
+    assert decode_batch(letter.value) == [BandJoin("h", 3, ("b3",))]
     assert sorted(r.key for r in logs.records[CHANGELOG]) == [b"b1", b"b2", b"b4", b"b5"]
     assert store.applied == 12
 

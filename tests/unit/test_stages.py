@@ -2,6 +2,7 @@
 
 from streamdedup.core.messages import BandAck, BandJoin, BandLeave, Output, RefUpdate
 from streamdedup.core.model import AclEvent, DeleteEvent
+from streamdedup.core.partitioning import partition_for
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
 from tests.helpers import upsert
@@ -45,17 +46,24 @@ H1, H2, H3, H9 = ("1" * 64, "2" * 64, "3" * 64, "9" * 64)
 
 def test_band_stage_answers_joins_with_the_other_members(engine):
     txn = Transaction(MemoryStore())
-    assert _handle(engine, "band", [BandJoin("k", H1, 1)], txn) == [BandAck(H1, 1, (("k", ()),))]
-    assert _handle(engine, "band", [BandJoin("k", H2, 1)], txn) == [BandAck(H2, 1, (("k", (H1,)),))]
+    assert _handle(engine, "band", [BandJoin(H1, 1, ("k",))], txn) == [BandAck(H1, 1, (("k", ()),))]
+    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, (("k", (H1,)),))]
     # a duplicate join is answered again and changes nothing
-    assert _handle(engine, "band", [BandJoin("k", H2, 1)], txn) == [BandAck(H2, 1, (("k", (H1,)),))]
+    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, (("k", (H1,)),))]
     # a stale leave (older epoch than the join) does not remove the member
-    _handle(engine, "band", [BandJoin("k", H1, 3), BandLeave("k", H1, 2)], txn)
-    assert _handle(engine, "band", [BandJoin("k", H3, 1)], txn)[0].bands == (("k", (H1, H2)),)
+    _handle(engine, "band", [BandJoin(H1, 3, ("k",)), BandLeave(H1, 2, ("k",))], txn)
+    assert _handle(engine, "band", [BandJoin(H3, 1, ("k",))], txn)[0].bands == (("k", (H1, H2)),)
     # the joins of one content in one batch get one answer for all their bands
-    (ack,) = _handle(engine, "band", [BandJoin("x", H9, 1), BandJoin("y", H9, 1)], txn)
+    (ack,) = _handle(engine, "band", [BandJoin(H9, 1, ("x",)), BandJoin(H9, 1, ("y",))], txn)
     assert ack.bands == (("x", ()), ("y", ()))
-    _handle(engine, "band", [BandLeave("k", H1, 3), BandLeave("k", H2, 1), BandLeave("k", H3, 1)], txn)
+    (ack,) = _handle(engine, "band", [BandJoin(H3, 1, ("x", "y"))], txn)
+    assert ack.bands == (("x", (H9,)), ("y", (H9,)))
+    _handle(
+        engine,
+        "band",
+        [BandLeave(H1, 3, ("k",)), BandLeave(H2, 1, ("k",)), BandLeave(H3, 1, ("k", "x"))],
+        txn,
+    )
     assert txn.read("band", 0, "k") is None
 
 
@@ -64,10 +72,22 @@ def test_content_stage_decides_after_discovery(engine):
     words = " ".join(f"w{i}" for i in range(30))
     ref = RefUpdate("h", "s", 1, (0,), (words,), words, upsert("s", 1, [words]).attrs)
     out = _handle(engine, "content", [ref], txn)
-    joins = [m for m in out if isinstance(m, BandJoin)]
-    assert len(joins) == engine.params.bands
+    (join,) = [m for m in out if isinstance(m, BandJoin)]  # one join, with every band key
+    assert len(join.band_keys) == engine.params.bands
     assert not [m for m in out if isinstance(m, Output)]  # nothing is emitted before discovery completes
-    acks = [BandAck("h", joins[0].epoch, tuple((j.band_key, ()) for j in joins))]
+    acks = [BandAck("h", join.epoch, tuple((k, ()) for k in join.band_keys))]
     out = _handle(engine, "content", acks, txn)
     chunks = [m for m in out if isinstance(m, Output) and m.topic == "canonical-chunks"]
     assert len(chunks) == 1 and chunks[0].key == "h" and chunks[0].value["revision"] == 1
+
+
+def test_a_band_message_is_delivered_once_per_band_partition_with_that_partitions_keys(engine):
+    keys = tuple(f"{i:03d}key" for i in range(21))
+    join = BandJoin(H1, 2, keys)
+    assert engine.destinations(join, 1) == [("band", 0, join)]
+    parts = engine.destinations(join, 4)
+    assert len({p for _, p, _ in parts}) == len(parts) <= 4
+    for stage, partition, part in parts:
+        assert stage == "band" and (part.content_hash, part.epoch) == (H1, 2)
+        assert all(partition_for(k, 4) == partition for k in part.band_keys)
+    assert sorted(k for _, _, part in parts for k in part.band_keys) == sorted(keys)

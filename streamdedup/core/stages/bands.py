@@ -48,7 +48,9 @@ class BandStage:
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of joins and leaves for one partition; answer every join."""
-        keys = list(dict.fromkeys(m.band_key for m in messages if isinstance(m, (BandJoin, BandLeave))))
+        keys = list(
+            dict.fromkeys(k for m in messages if isinstance(m, (BandJoin, BandLeave)) for k in m.band_keys)
+        )
         get_many = getattr(state, "get_many", None)
         raws = get_many(keys) if get_many is not None else [state.get(k) for k in keys]
         buckets = {key: decode_bucket(raw) for key, raw in zip(keys, raws, strict=True)}
@@ -56,22 +58,26 @@ class BandStage:
         # One answer per joining content (and epoch) for all the bands it joined in this batch.
         answers: dict[tuple[str, int], list[tuple[str, tuple[str, ...]]]] = {}
         for message in messages:
+            content_hash, epoch = message.content_hash, message.epoch  # type: ignore[union-attr]
             if isinstance(message, BandJoin):
-                members = buckets[message.band_key]
-                known = members.get(message.content_hash)
-                if known is None or known < message.epoch:
-                    members[message.content_hash] = message.epoch
-                    changed.add(message.band_key)
-                others = tuple(sorted(h for h in members if h != message.content_hash))
-                answers.setdefault((message.content_hash, message.epoch), []).append(
-                    (message.band_key, others)
-                )
+                answer = answers.setdefault((content_hash, epoch), [])
+                for band_key in message.band_keys:
+                    members = buckets[band_key]
+                    known = members.get(content_hash)
+                    if known is None or known < epoch:
+                        members[content_hash] = epoch
+                        changed.add(band_key)
+                    others = (
+                        () if len(members) == 1 else tuple(sorted(h for h in members if h != content_hash))
+                    )
+                    answer.append((band_key, others))
             elif isinstance(message, BandLeave):
-                members = buckets[message.band_key]
-                known = members.get(message.content_hash)
-                if known is not None and known <= message.epoch:
-                    del members[message.content_hash]
-                    changed.add(message.band_key)
+                for band_key in message.band_keys:
+                    members = buckets[band_key]
+                    known = members.get(content_hash)
+                    if known is not None and known <= epoch:
+                        del members[content_hash]
+                        changed.add(band_key)
             else:  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"band stage cannot handle {type(message).__name__}")
         for key in sorted(changed):

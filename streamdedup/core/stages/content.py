@@ -237,8 +237,7 @@ class ContentStage:
         record = work.record
         key = work.key
         if record.indexed:
-            for band_key in self._band_keys(record):
-                out.append(BandLeave(band_key, key, record.epoch))
+            out.append(BandLeave(key, record.epoch, tuple(self._band_keys(record))))
         if record.role == "canonical":
             out.append(Output("audit", key, audit_value(key, "retract", "no live source")))
         if record.record_digest:
@@ -272,8 +271,7 @@ class ContentStage:
             record.signature = scheme.to_bytes(signature)
             record.indexed = True
             record.pending_bands = scheme.band_keys(signature, self._params.bands, self._params.rows)
-            for band_key in record.pending_bands:
-                out.append(BandJoin(band_key, work.key, record.epoch))
+            out.append(BandJoin(work.key, record.epoch, tuple(record.pending_bands)))
 
     # -- settling ----------------------------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ partition travels as one JSON array, sent to that partition explicitly (the part
 :mod:`streamdedup.core.partitioning`), split only where a batch would exceed the size limit.
 
 >>> from streamdedup.core.messages import BandJoin
->>> [decode_batch(b) for b in encode_batches([BandJoin("k", "h", 1)], max_bytes=1000)]
-[[BandJoin(band_key='k', content_hash='h', epoch=1)]]
+>>> [decode_batch(b) for b in encode_batches([BandJoin("h", 1, ("k",))], max_bytes=1000)]
+[[BandJoin(content_hash='h', epoch=1, band_keys=('k',))]]
 """
 
 from __future__ import annotations

@@ -401,8 +401,8 @@ class StageWorker(mode.Service):
             if isinstance(item, Output):
                 outputs.append(item)
             else:
-                for address in self.engine.destinations(item, partitions):
-                    groups.setdefault(address, []).append(item)
+                for stage, partition, part in self.engine.destinations(item, partitions):
+                    groups.setdefault((stage, partition), []).append(part)
         for (stage, partition), messages in groups.items():
             for data in encode_batches(messages, max_bytes=self.settings.max_batch_bytes):
                 sends.add(self.names.stage(stage), partition, None, data)
