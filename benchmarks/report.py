@@ -541,10 +541,40 @@ def _profile(lines: list[str]) -> None:
     ]
 
 
+def _popularity(lines: list[str]) -> None:
+    result = _load("popularity")
+    if result is None:
+        lines += ["Not run yet: `python -m benchmarks.popularity`.", ""]
+        return
+    lines += [
+        f"Machine: {_machine(result)}. Command: `{result['command']}`.",
+        "",
+        f"{result['sources']:,} sources, each one document of two chunks: a passage every source shares and a text",
+        "of its own. Each source is newer than the last, so the shared chunk's canonical source moves with every",
+        f"batch. Embedded runner, RocksDB state, batches of 256 documents; windows of {result['window']:,} sources.",
+        "",
+        "| sources so far | sources/s | ratio to first window |",
+        "|---:|---:|---:|",
+    ]
+    first = result["windows"][0]["per_second"]
+    for window in result["windows"]:
+        lines.append(
+            f"| {window['sources']:,} | {window['per_second']:,.0f} | {window['per_second'] / first:.2f} |"
+        )
+    size = result["largest_chunk_record_bytes"]
+    lines += [
+        "",
+        _target("last window / first window (sources/s)", result["ratio_last_to_first"], 0.8),
+        f"- Target: largest `canonical-chunks` record under 64 KiB: {size:,} bytes, {_check(size < 65536)}.",
+        "",
+    ]
+
+
 SECTIONS = [
     ("Signatures", _signatures),
     ("Where the time goes", _profile),
     ("Embedded engine", _engine),
+    ("Popularity", _popularity),
     ("Streaming on the broker", _streaming),
     ("State", _state),
 ]

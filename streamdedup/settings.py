@@ -75,6 +75,16 @@ class Settings(BaseSettings):
         _ENGINE["boilerplate_allow"],
         description="Lines never treated as boilerplate, '|'-separated in the environment.",
     )
+    max_chunk_sources: int = Field(
+        _ENGINE["max_chunk_sources"],
+        ge=1,
+        description="Sources and members a canonical-chunks record lists (the first in canonical order).",
+    )
+    max_candidates: int = Field(
+        _ENGINE["max_candidates"],
+        ge=1,
+        description="Near-copy candidates a new text verifies, the most similar by estimated Jaccard.",
+    )
 
     # Bounds on one input event (every driver); an event beyond one is dead-lettered, naming it.
     max_event_bytes: int = Field(
@@ -190,6 +200,8 @@ class Settings(BaseSettings):
                 boilerplate_fraction=self.boilerplate_fraction,
                 boilerplate_max_line_chars=self.boilerplate_max_line_chars,
                 boilerplate_allow=self.boilerplate_allow,
+                max_chunk_sources=self.max_chunk_sources,
+                max_candidates=self.max_candidates,
             )
         except ConfigurationError:
             raise

@@ -15,7 +15,7 @@ from rich.table import Table
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import format_timestamp, union_readers
 from streamdedup.core.stages.collection import line_key
-from streamdedup.core.state import CollectionRecord, ContentRecord, LineRecord, SourceRecord
+from streamdedup.core.state import CollectionRecord, ContentRecord, LineRecord, SourceRecord, source_texts
 from streamdedup.errors import StateError
 from streamdedup.settings import Settings
 from streamdedup.store.base import check_params
@@ -67,6 +67,7 @@ def describe_source(store: RocksDBStore, source_id: str) -> dict[str, Any]:
     if record.deleted:
         return {"source_id": source_id, "version": record.version, "deleted": True}
     attrs = record.attrs
+    texts = source_texts(lambda key: store.get("content", _PARTITION, key), source_id, record.chunks)
     return {
         "source_id": source_id,
         "version": record.version,
@@ -82,7 +83,7 @@ def describe_source(store: RocksDBStore, source_id: str) -> dict[str, Any]:
                 "chunk_id": e.chunk_id,
                 "relation": e.relation,
                 "jaccard": e.jaccard,
-                "text": record.texts[e.position],
+                "text": texts[e.position][0],
             }
             for e in record.mapping or []
         ],
@@ -96,14 +97,14 @@ def describe_chunk(store: RocksDBStore, chunk_id: str) -> dict[str, Any]:
         return {**describe_chunk(store, record.target), "asked": chunk_id}
     if record.role != "canonical":
         raise StateError(f"content {chunk_id[:16]}… is {record.role}, not a chunk")
-    refs = record.live_refs()
     members = [
         {
             "content_hash": chunk_id,
             "relation": "canonical",
             "jaccard": 1.0,
-            "readers": list(union_readers([a.acl for _, _, a, _ in refs])),
-            "sources": [{"source_id": s, "position": p} for s, p, _, _ in refs],
+            "readers": list(record.readers()),
+            "sources": [{"source_id": t.source_id, "position": t.position} for t in record.top],
+            "source_count": record.positions,
         }
     ]
     for member_hash, report in sorted(record.members.items()):
@@ -112,12 +113,19 @@ def describe_chunk(store: RocksDBStore, chunk_id: str) -> dict[str, Any]:
                 "content_hash": member_hash,
                 "relation": "near",
                 "jaccard": report.jaccard,
-                "readers": list(union_readers([r.attrs.acl for r in report.refs])),
+                "readers": list(
+                    record.neighbors[member_hash].info.readers
+                    if member_hash in record.neighbors
+                    else union_readers([r.attrs.acl for r in report.refs])
+                ),
                 "sources": [{"source_id": r.source_id, "position": r.position} for r in report.refs],
+                "source_count": report.count,
             }
         )
     canonical = record.canonical_ref or ("", 0)
-    text = next((t for s, p, _, t in refs if (s, p) == tuple(canonical)), record.text)
+    text = (
+        next((t.text for t in record.top if (t.source_id, t.position) == tuple(canonical)), "") or record.text
+    )
     return {
         "chunk_id": chunk_id,
         "canonical": {"source_id": canonical[0], "position": canonical[1]},

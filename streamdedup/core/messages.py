@@ -64,10 +64,16 @@ class Info(msgspec.Struct, frozen=True, array_like=True):
 
 
 class MemberReport(msgspec.Struct, frozen=True, array_like=True):
-    """What a near member tells its canonical: its similarity and its source positions."""
+    """What a near member tells its canonical: its similarity, rank and first source positions.
+
+    ``refs`` are the member's first positions in the canonical policy's order (at most ``max_chunk_sources``),
+    ``count`` all its live positions: what the canonical's chunk record lists and counts.
+    """
 
     jaccard: float
     refs: tuple[SourceRef, ...]
+    count: int = 0
+    rank: Rank | None = None
 
 
 class RefUpdate(msgspec.Struct, frozen=True, tag="ref", tag_field="op"):
@@ -80,6 +86,9 @@ class RefUpdate(msgspec.Struct, frozen=True, tag="ref", tag_field="op"):
     texts: tuple[str, ...] = ()  # the original chunk text at each position
     norm: str = ""
     attrs: SourceAttrs | None = None
+    # Only the attributes changed (an ACL event): the positions are those of the previous version and the
+    # content already has the texts, which sources do not keep.
+    attrs_only: bool = False
 
 
 class ContentStatus(msgspec.Struct, frozen=True, tag="status", tag_field="op"):

@@ -31,7 +31,7 @@ __all__ = [
 POLICY_CRITERIA = ("authority", "modified_at", "length", "source_id")
 
 #: Version of the state layout and of the normalization and shingle-hash functions.
-STATE_FORMAT = 3
+STATE_FORMAT = 4
 
 
 def describe_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> str | None:
@@ -100,6 +100,8 @@ class EngineParams:
     boilerplate_fraction: float = 0.5
     boilerplate_max_line_chars: int = 200
     boilerplate_allow: tuple[str, ...] = ()
+    max_chunk_sources: int = 100
+    max_candidates: int = 100
 
     def __post_init__(self) -> None:
         if self.shingle_size < 1:
@@ -120,6 +122,8 @@ class EngineParams:
             )
         if self.max_chunk_chars < 100:
             raise ConfigurationError("max_chunk_chars must be at least 100")
+        if self.max_chunk_sources < 1 or self.max_candidates < 1:
+            raise ConfigurationError("max_chunk_sources and max_candidates must be at least 1")
         if self.boilerplate_min_docs < 0 or not 0.0 < self.boilerplate_fraction <= 1.0:
             raise ConfigurationError("boilerplate_min_docs must be >= 0 and boilerplate_fraction in (0, 1]")
         if (self.bands == 0) != (self.rows == 0):

@@ -56,10 +56,14 @@ class CanonicalPolicy:
                 return _REASONS[criterion]
         return "lower content hash"
 
+    def ref_order(self, source_id: str, position: int, attrs: SourceAttrs) -> tuple[Any, ...]:
+        """Return a key under which the preferred source position sorts first (then position, then source_id)."""
+        ref = (source_id, position, attrs)
+        return (*(get(ref) for get in self._ref_getters), position, source_id)
+
     def best_ref(self, refs: Iterable[RefKey]) -> tuple[str, int, SourceAttrs]:
-        """Return the source position whose attributes the policy prefers (position breaks the last tie)."""
-        getters = self._ref_getters
-        return min(refs, key=lambda ref: (*(get(ref) for get in getters), ref[1]))
+        """Return the source position whose attributes the policy prefers (position, then source_id, break ties)."""
+        return min(refs, key=lambda ref: self.ref_order(*ref))
 
     def rank(self, content_hash: str, length: int, refs: Iterable[RefKey]) -> Rank:
         """Return the rank of a content from its best source position."""

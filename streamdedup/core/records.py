@@ -7,6 +7,7 @@ from typing import Any
 
 from streamdedup.core.messages import MemberReport, SourceRef
 from streamdedup.core.model import SourceAttrs, format_timestamp
+from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.state import MappingEntry
 
 __all__ = [
@@ -20,7 +21,7 @@ __all__ = [
     "source_entry",
 ]
 
-CHUNK_SCHEMA = "streamdedup.chunk/v1"
+CHUNK_SCHEMA = "streamdedup.chunk/v2"
 MAPPING_SCHEMA = "streamdedup.mapping/v1"
 REVIEW_SCHEMA = "streamdedup.review/v1"
 AUDIT_SCHEMA = "streamdedup.audit/v1"
@@ -53,24 +54,28 @@ def chunk_value(
     canonical: tuple[str, int],
     readers: tuple[str, ...],
     own_refs: Iterable[SourceRef],
+    own_count: int,
     members: dict[str, MemberReport],
+    policy: CanonicalPolicy,
+    max_sources: int,
 ) -> dict[str, Any]:
-    """Return a ``canonical-chunks`` value, without its ``revision``; the chunk_id is the canonical's hash."""
+    """Return a ``canonical-chunks`` value (v2), without its ``revision``; the chunk_id is the canonical's hash.
+
+    ``own_refs`` and each member's ``refs`` must hold at least their first ``max_sources`` positions in the
+    policy's order (more are fine): the record lists the first ``max_sources`` of all of them, and the counts.
+    """
+    ordered = sorted(members, key=lambda h: (_member_order(policy, members[h]), h))
     member_list: list[dict[str, Any]] = [
         {"content_hash": content_hash, "relation": "canonical", "jaccard": 1.0}
     ]
-    sources = [source_entry(r.source_id, r.position, content_hash, r.attrs) for r in own_refs]
-    for member_hash in sorted(members):
-        report = members[member_hash]
-        member_list.append(
-            {
-                "content_hash": member_hash,
-                "relation": "near",
-                "jaccard": round(report.jaccard, JACCARD_DIGITS),
-            }
-        )
-        sources.extend(source_entry(r.source_id, r.position, member_hash, r.attrs) for r in report.refs)
-    sources.sort(key=lambda s: (s["source_id"], s["position"]))
+    member_list.extend(
+        {"content_hash": h, "relation": "near", "jaccard": round(members[h].jaccard, JACCARD_DIGITS)}
+        for h in ordered[: max_sources - 1]
+    )
+    candidates = [(r, content_hash) for r in own_refs]
+    candidates.extend((r, h) for h in ordered for r in members[h].refs)
+    candidates.sort(key=lambda c: policy.ref_order(c[0].source_id, c[0].position, c[0].attrs))
+    sources = [source_entry(r.source_id, r.position, h, r.attrs) for r, h in candidates[:max_sources]]
     return {
         "schema": CHUNK_SCHEMA,
         "chunk_id": content_hash,
@@ -79,8 +84,14 @@ def chunk_value(
         "canonical": {"source_id": canonical[0], "position": canonical[1]},
         "acl": list(readers),
         "members": member_list,
+        "member_count": 1 + len(members),
         "sources": sources,
+        "source_count": own_count + sum(report.count for report in members.values()),
     }
+
+
+def _member_order(policy: CanonicalPolicy, report: MemberReport) -> tuple[Any, ...]:
+    return () if report.rank is None else policy.sort_key(report.rank)
 
 
 def mapping_value(source_id: str, version: int, entries: list[MappingEntry]) -> dict[str, Any]:

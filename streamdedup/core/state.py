@@ -7,12 +7,13 @@ handler touched decoded until the driver commits, so a batch decodes and encodes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic, Literal, Protocol, TypeVar
 
 import msgspec
 
 from streamdedup.core.messages import ContentStatus, Info, MemberReport
-from streamdedup.core.model import SourceAttrs
+from streamdedup.core.model import EVERYONE, SourceAttrs
 
 __all__ = [
     "BoilerplateSnapshot",
@@ -27,6 +28,10 @@ __all__ = [
     "RefEntry",
     "SourceRecord",
     "Table",
+    "TopRef",
+    "ref_key",
+    "ref_prefix",
+    "source_texts",
 ]
 
 
@@ -43,6 +48,10 @@ class PartitionState(Protocol):
 
     def delete(self, key: str) -> None:
         """Remove ``key``."""
+        ...
+
+    def scan(self, prefix: str) -> list[tuple[str, bytes]]:
+        """Return every (key, value) whose key starts with ``prefix``, in key order (for rare whole-group reads)."""
         ...
 
 
@@ -71,9 +80,9 @@ class SourceRecord(msgspec.Struct, kw_only=True):
     deleted: bool = False
     attrs: SourceAttrs | None = None
     collection: str = "default"
-    chunks: list[str] = msgspec.field(default_factory=list)  # content hash at each position
-    texts: list[str] = msgspec.field(default_factory=list)  # original chunk text at each position
-    norms: list[str] = msgspec.field(default_factory=list)  # normalized plain text at each position
+    chunks: list[str] = msgspec.field(
+        default_factory=list
+    )  # content hash at each position (texts: content stage)
     lines: list[str] = msgspec.field(default_factory=list)  # line hashes counted in lines_collection
     lines_collection: str = ""
     statuses: dict[str, ContentStatus] = msgspec.field(default_factory=dict)
@@ -111,9 +120,12 @@ class CollectionMember(msgspec.Struct, kw_only=True, array_like=True):
 
 
 class RefEntry(msgspec.Struct, kw_only=True, array_like=True):
-    """The positions one source holds a content at; empty positions are a tombstone of that version."""
+    """The positions one source holds a content at; empty positions are a tombstone of that version.
 
-    version: int
+    Stored under :func:`ref_key`, one key per (content, source), so a copy costs the same however many a text has.
+    """
+
+    version: int = -1
     positions: tuple[int, ...] = ()
     texts: tuple[str, ...] = ()  # empty when every original text equals the content's display text
     attrs: SourceAttrs | None = None
@@ -126,17 +138,44 @@ class NeighborEntry(msgspec.Struct, kw_only=True, array_like=True):
     info: Info
 
 
+class TopRef(msgspec.Struct, frozen=True, array_like=True):
+    """A live source position among a content's first ones in the canonical policy's order."""
+
+    source_id: str
+    position: int
+    attrs: SourceAttrs
+    text: str = ""  # the original chunk text, when it differs from the content's text
+
+
+def ref_prefix(content_hash: str) -> str:
+    """Return the prefix of the keys of a content's :class:`RefEntry` records."""
+    return f"r\x00{content_hash}\x00"
+
+
+def ref_key(content_hash: str, source_id: str) -> str:
+    """Return the key of the :class:`RefEntry` of one source of a content."""
+    return f"r\x00{content_hash}\x00{source_id}"
+
+
 class ContentRecord(msgspec.Struct, kw_only=True):
-    """State of the ``content`` stage for one content hash (one distinct normalized text)."""
+    """State of the ``content`` stage for one content hash (one distinct normalized text).
+
+    Its sources are separate :class:`RefEntry` records; the record keeps what is needed per copy in O(1): the
+    number of live positions, how many live sources each principal reads, and the first ``max_chunk_sources``
+    live positions in the canonical policy's order (``top``; the best one is the canonical position).
+    """
 
     seq: int = 0
     epoch: int = 0
     alive: bool = False
-    norm: str = ""
+    has_text: bool = False
+    norm: str = ""  # the normalized text and the original text of the first source, stored once per text
     text: str = ""
     signature: bytes = b""  # only for contents long enough to take part in near matching
     indexed: bool = False  # joined its LSH bands in this epoch
-    refs: dict[str, RefEntry] = msgspec.field(default_factory=dict)
+    positions: int = 0
+    principals: dict[str, int] = msgspec.field(default_factory=dict)
+    top: list[TopRef] = msgspec.field(default_factory=list)
     # Discovery of near copies for the current epoch.
     pending_bands: list[str] = msgspec.field(default_factory=list)
     pending_verify: list[str] = msgspec.field(default_factory=list)
@@ -154,23 +193,46 @@ class ContentRecord(msgspec.Struct, kw_only=True):
     record_digest: str = ""
     revision: int = 0
     flagged: list[str] = msgspec.field(default_factory=list)
+    conflicted: bool = False  # raised its one fact_conflict flag as a new text
 
-    def live_refs(self) -> list[tuple[str, int, SourceAttrs, str]]:
-        """Return ``(source_id, position, attrs, original text)`` for every live position, sorted."""
-        out = []
-        for source_id, ref in self.refs.items():
-            if not ref.positions or ref.attrs is None:
-                continue
-            for i, position in enumerate(ref.positions):
-                out.append((source_id, position, ref.attrs, ref.texts[i] if ref.texts else self.text))
-        out.sort(key=lambda r: (r[0], r[1]))
-        return out
+    def readers(self) -> tuple[str, ...]:
+        """Return the union of the ACLs of the live sources (``("*",)`` if one admits everyone)."""
+        if EVERYONE in self.principals:
+            return (EVERYONE,)
+        return tuple(sorted(self.principals))
+
+
+def source_texts(
+    read: Callable[[str], bytes | None], source_id: str, hashes: list[str]
+) -> list[tuple[str, str]]:
+    """Return the (original, normalized) text of each position of a source, from its contents' records.
+
+    ``read`` returns a key of the content stage partition that holds the content (sources keep hashes only).
+    """
+    contents = msgspec.msgpack.Decoder(ContentRecord)
+    refs = msgspec.msgpack.Decoder(RefEntry)
+    out = []
+    for position, content_hash in enumerate(hashes):
+        raw = read(content_hash)
+        if raw is None:
+            out.append(("", ""))
+            continue
+        record = contents.decode(raw)
+        raw_ref = read(ref_key(content_hash, source_id))
+        text = record.text
+        if raw_ref is not None:
+            entry = refs.decode(raw_ref)
+            if entry.texts and position in entry.positions:
+                text = entry.texts[entry.positions.index(position)]
+        out.append((text, record.norm))
+    return out
 
 
 R = TypeVar(
     "R",
     SourceRecord,
     ContentRecord,
+    RefEntry,
     BoilerplateSnapshot,
     CollectionRecord,
     LineRecord,
@@ -227,6 +289,10 @@ class Table(Generic[R]):
         """Drop the record for ``key``."""
         self._cache[key] = None
         self._dirty.add(key)
+
+    def cached(self, key: str) -> R | None:
+        """Return the record of ``key`` if this table has read it (no store read)."""
+        return self._cache.get(key)
 
     def flush(self) -> None:
         """Write every changed record to the partition state."""

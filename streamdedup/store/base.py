@@ -48,6 +48,10 @@ class Store(Protocol):
         """Return the values of many keys of a stage partition, in order."""
         ...
 
+    def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
+        """Return every (key, value) of a stage partition whose key starts with ``prefix``, in key order."""
+        ...
+
     def get_meta(self, key: str) -> bytes | None:
         """Return a metadata value, or None."""
         ...
@@ -74,6 +78,9 @@ class _PartitionView:
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:
         return self._txn.read_many(self._stage, self._partition, keys)
+
+    def scan(self, prefix: str) -> list[tuple[str, bytes]]:
+        return self._txn.scan(self._stage, self._partition, prefix)
 
     def put(self, key: str, value: bytes) -> None:
         self._txn.changes[(self._stage, self._partition, key)] = value
@@ -115,6 +122,24 @@ class Transaction:
             changes[(stage, partition, k)] if (stage, partition, k) in changes else stored[k] for k in keys
         ]
 
+    def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
+        """Return every (key, value) under ``prefix`` as this transaction sees it, in key order.
+
+        It reads the store's range once and overlays this transaction's changes to it (a scan is for the rare
+        reads of a whole group of keys, so looking through the changes is fine).
+        """
+        try:
+            found = dict(self._store.scan(stage, partition, prefix))
+        except Exception as exc:
+            raise state_error(exc) from exc
+        for (s, p, key), value in self.changes.items():
+            if s == stage and p == partition and key.startswith(prefix):
+                if value is None:
+                    found.pop(key, None)
+                else:
+                    found[key] = value
+        return sorted(found.items())
+
     def nested(self) -> Transaction:
         """Return a transaction over this one: it sees this one's changes, and its commit adds to them only."""
         return Transaction(_TransactionStore(self))
@@ -143,6 +168,9 @@ class _TransactionStore:
 
     def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
         return self._txn.read_many(stage, partition, keys)
+
+    def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
+        return self._txn.scan(stage, partition, prefix)
 
     def get_meta(self, key: str) -> bytes | None:
         meta = self._txn.meta

@@ -28,6 +28,15 @@ class MemoryStore:
         self._check()
         return [self._data.get((stage, partition, key)) for key in keys]
 
+    def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
+        """Return every (key, value) of a stage partition whose key starts with ``prefix``, in key order."""
+        self._check()
+        return sorted(
+            (k, v)
+            for (s, p, k), v in self._data.items()
+            if s == stage and p == partition and k.startswith(prefix)
+        )
+
     def get_meta(self, key: str) -> bytes | None:
         """Return a metadata value, or None."""
         self._check()

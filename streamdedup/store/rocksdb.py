@@ -106,6 +106,20 @@ class RocksDBStore:
         values: list[bytes | None] = self._family(stage).get([_address(partition, key) for key in keys]) or []
         return [None if v is None else bytes(v) for v in values]
 
+    def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
+        """Return every (key, value) of a stage partition whose key starts with ``prefix``, in key order."""
+        start = _address(partition, prefix)
+        found: list[tuple[str, bytes]] = []
+        cursor = self._family(stage).iter()
+        cursor.seek(start)
+        while cursor.valid():
+            key = cursor.key()
+            if not key.startswith(start):
+                break
+            found.append((key[2:].decode("utf-8"), bytes(cursor.value())))
+            cursor.next()
+        return found
+
     def get_meta(self, key: str) -> bytes | None:
         """Return a metadata value, or None."""
         value = self._family(_META).get(key.encode("utf-8"))

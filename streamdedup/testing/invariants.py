@@ -56,10 +56,31 @@ def check_invariants(
         for entry in entries:
             problems.extend(_check_position(view, source, entry, positions, norm_of, threshold, shingle_size))
 
+    # The complete map of each chunk is what the mappings say: the chunk's counts must agree with it.
+    mapped: dict[str, list[tuple[str, int, str]]] = {}
+    for source_id, mapping in view.mappings.items():
+        for entry in mapping["chunks"]:
+            mapped.setdefault(entry["chunk_id"], []).append(
+                (source_id, entry["position"], entry["content_hash"])
+            )
     for chunk_id, chunk in view.chunks.items():
         problems.extend(
             _check_chunk(chunk_id, chunk, positions, by_hash, norm_of, readers_of, threshold, shingle_size)
         )
+        refs = mapped.get(chunk_id, [])
+        if chunk["source_count"] != len(refs):
+            problems.append(
+                f"chunk {chunk_id[:12]}: source_count {chunk['source_count']}, but {len(refs)} mapped positions"
+            )
+        if chunk["member_count"] != len({h for _, _, h in refs} | {chunk["content_hash"]}):
+            problems.append(
+                f"chunk {chunk_id[:12]}: member_count {chunk['member_count']} disagrees with the mappings"
+            )
+        if (
+            not len(chunk["sources"]) <= chunk["source_count"]
+            or not len(chunk["members"]) <= chunk["member_count"]
+        ):
+            problems.append(f"chunk {chunk_id[:12]}: lists more sources or members than it counts")
     return problems
 
 
@@ -80,7 +101,8 @@ def _check_position(
     if chunk is None:
         return [f"I1: {where} points at chunk {entry['chunk_id'][:12]}, which is not live"]
     problems = []
-    if not any(
+    complete = chunk["source_count"] == len(chunk["sources"])  # chunk/v2 lists the first sources only
+    if complete and not any(
         s["source_id"] == source.source_id and s["position"] == entry["position"] for s in chunk["sources"]
     ):
         problems.append(f"I1: {where} is missing from the sources of its chunk {entry['chunk_id'][:12]}")
@@ -161,7 +183,8 @@ def _check_chunk(
             problems.append(f"I3: {where} lists source position {ref} that is not live with that text")
         if content_hash not in members:
             problems.append(f"I3: {where} lists source position {ref} of a content that is not a member")
-    for member_hash in live_members:
+    complete = chunk["source_count"] == len(chunk["sources"]) and chunk["member_count"] == len(members)
+    for member_hash in live_members if complete else ():
         for ref in by_hash[member_hash]:
             if ref not in listed:
                 problems.append(f"I3: {where} omits live source position {ref} of member {member_hash[:12]}")

@@ -25,7 +25,7 @@ from streamdedup.core.params import EngineParams
 from streamdedup.core.records import chunk_value, mapping_value, review_key
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.core.stages.source import document_chunks
-from streamdedup.core.state import MappingEntry, SourceRecord
+from streamdedup.core.state import MappingEntry, SourceRecord, source_texts
 
 __all__ = ["LiveSource", "Reference", "live_sources", "live_sources_in_store"]
 
@@ -80,6 +80,11 @@ def live_sources_in_store(store: Any) -> dict[str, LiveSource]:
     """Return the live sources as the engine chunked them, read from a store's ``source`` stage."""
     decoder = msgspec.msgpack.Decoder(SourceRecord)
     live = {}
+    where = {key: partition for partition, key in store.keys("content")}
+
+    def read(key: str) -> bytes | None:
+        return store.get("content", where[key], key) if key in where else None
+
     for partition, key in store.keys("source"):
         if key.startswith("\x00"):
             continue  # not a source: a partition's copy of a boilerplate list
@@ -87,7 +92,10 @@ def live_sources_in_store(store: Any) -> dict[str, LiveSource]:
         record = decoder.decode(raw)
         if record.deleted or record.attrs is None:
             continue
-        live[key] = LiveSource(key, record.version, record.attrs, tuple(record.texts), tuple(record.norms))
+        texts = source_texts(read, key, record.chunks)
+        live[key] = LiveSource(
+            key, record.version, record.attrs, tuple(t for t, _ in texts), tuple(n for _, n in texts)
+        )
     return live
 
 
@@ -186,8 +194,11 @@ class Reference:
         members: dict[str, dict[str, MemberReport]] = {}
         for content_hash, (role, target, similarity) in self.role.items():
             if role == "member":
-                refs = tuple(SourceRef(s, p, a) for s, p, a, _ in self.contents[content_hash].refs)
-                members.setdefault(target, {})[content_hash] = MemberReport(similarity, refs)
+                member = self.contents[content_hash]
+                refs = tuple(SourceRef(s, p, a) for s, p, a, _ in member.refs)
+                members.setdefault(target, {})[content_hash] = MemberReport(
+                    similarity, refs, len(refs), member.rank
+                )
         out = {}
         for content_hash, (role, _, _) in self.role.items():
             if role != "canonical":
@@ -201,7 +212,10 @@ class Reference:
                 canonical=(source_id, position),
                 readers=content.readers,
                 own_refs=[SourceRef(s, p, a) for s, p, a, _ in content.refs],
+                own_count=len(content.refs),
                 members=members.get(content_hash, {}),
+                policy=self.engine.policy,
+                max_sources=self.engine.params.max_chunk_sources,
             )
         return out
 

@@ -58,6 +58,32 @@ def test_get_many_reads_several_keys_in_order(make_store):
     assert view.get_many(["a", "b", "c"]) == [b"1", b"2", None]
 
 
+def test_scan_returns_a_prefix_in_key_order_with_the_transactions_changes(make_store):
+    store = make_store()
+    store.commit(
+        {
+            ("content", 1, "r\x00h\x00b"): b"2",
+            ("content", 1, "r\x00h\x00a"): b"1",
+            ("content", 1, "r\x00h\x00d"): b"4",
+            ("content", 1, "r\x00i\x00a"): b"other content",
+            ("content", 2, "r\x00h\x00c"): b"other partition",
+            ("content", 1, "h"): b"the record",
+        },
+        {},
+    )
+    assert store.scan("content", 1, "r\x00h\x00") == [
+        ("r\x00h\x00a", b"1"),
+        ("r\x00h\x00b", b"2"),
+        ("r\x00h\x00d", b"4"),
+    ]
+    assert store.scan("content", 1, "r\x00x") == []
+    view = Transaction(store).partition("content", 1)
+    view.put("r\x00h\x00c", b"3")
+    view.delete("r\x00h\x00a")
+    view.put("r\x00h\x00d", b"5")
+    assert view.scan("r\x00h\x00") == [("r\x00h\x00b", b"2"), ("r\x00h\x00c", b"3"), ("r\x00h\x00d", b"5")]
+
+
 def test_delete_and_overwrite(make_store):
     store = make_store()
     store.commit({("band", 1, "k"): b"a"}, {})

@@ -28,10 +28,12 @@ DAY = 86_400_000_000
 
 
 class DedupMachine(RuleBasedStateMachine):
+    engine = ENGINE
+
     @initialize()
     def start(self):
         self.store = MemoryStore()
-        self.runner = EmbeddedRunner(ENGINE, self.store)
+        self.runner = EmbeddedRunner(self.engine, self.store)
         self.view = View()
         self.events = []
         self.versions = {}
@@ -98,7 +100,7 @@ class DedupMachine(RuleBasedStateMachine):
 
     @rule()
     def restart(self):
-        self.runner = EmbeddedRunner(ENGINE, self.store)
+        self.runner = EmbeddedRunner(self.engine, self.store)
 
     @invariant()
     def view_is_sound_and_equals_the_reference(self):
@@ -106,9 +108,19 @@ class DedupMachine(RuleBasedStateMachine):
             return
         live = live_sources(self.events)
         assert check_invariants(self.view, live, threshold=0.8, shingle_size=5) == []
-        assert self.view.compacted(with_revision=False) == Reference(ENGINE, live).compacted()
+        assert self.view.compacted(with_revision=False) == Reference(self.engine, live).compacted()
         assert self.runner.counters.chunks == len(self.view.chunks)
 
 
 TestDedupMachine = DedupMachine.TestCase
 TestDedupMachine.settings = settings(max_examples=500, stateful_step_count=25, deadline=None)
+
+
+class BoundedRecordsMachine(DedupMachine):
+    """The same rules with chunk records that list two sources: the first positions are kept through every step."""
+
+    engine = Engine(EngineParams(max_chunk_sources=2))
+
+
+TestBoundedRecordsMachine = BoundedRecordsMachine.TestCase
+TestBoundedRecordsMachine.settings = settings(max_examples=300, stateful_step_count=25, deadline=None)

@@ -22,7 +22,8 @@ def test_one_passage_as_markdown_html_and_text_is_one_canonical_with_three_sourc
     ]
     view = run_embedded(engine, events)
     (chunk,) = view.chunks.values()
-    assert [s["source_id"] for s in chunk["sources"]] == ["help.html", "notes.txt", "readme.md"]
+    # sources in the canonical policy's order: the newest first
+    assert [s["source_id"] for s in chunk["sources"]] == ["notes.txt", "help.html", "readme.md"]
     assert (
         chunk["canonical"]["source_id"] == "notes.txt" and chunk["text"] == PASSAGE_TEXT
     )  # original text kept

@@ -34,7 +34,7 @@ def validator(name):
 
 def test_every_schema_is_valid_and_named_after_its_event():
     assert set(SCHEMAS) == {
-        "document.v1.schema.json", "chunk.v1.schema.json", "mapping.v1.schema.json", "review.v1.schema.json",
+        "document.v1.schema.json", "chunk.v2.schema.json", "mapping.v1.schema.json", "review.v1.schema.json",
         "audit.v1.schema.json", "dlq.v1.schema.json", "output-line.v1.schema.json",
     }  # fmt: skip
     for name in SCHEMAS:
@@ -66,7 +66,7 @@ def test_emitted_events_match_their_schemas(tmp_path):
 
 
 def test_schemas_reject_what_the_contract_forbids(engine):
-    chunk = validator("chunk.v1.schema.json")
+    chunk = validator("chunk.v2.schema.json")
     view = run_embedded(engine, [upsert("a", 1, ["some text"])])
     (value,) = view.chunks.values()
     assert chunk.is_valid(value)

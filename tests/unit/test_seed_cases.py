@@ -102,7 +102,7 @@ def test_one_deleted_copy_of_three_keeps_the_chunk(engine):
     _check(engine, events, view)
     (chunk,) = view.chunks.values()
     assert chunk["acl"] == ["sales", "support"]
-    assert [s["source_id"] for s in chunk["sources"]] == ["space-sales", "space-support"]
+    assert [s["source_id"] for s in chunk["sources"]] == ["space-support", "space-sales"]  # newest first
     assert "space-eng" not in view.mappings
     # the canonical's own source goes too: the chunk lives on with the last copy
     events.append(DeleteEvent(source_id="space-support", version=2))
@@ -180,3 +180,21 @@ def test_spanish_text_normalizes_and_guards_facts(engine):
     assert len(view.chunks) == 2  # the upper-case copy is exact; the negated one is a different fact
     assert view.mappings["manual"]["chunks"][0]["relation"] == "exact"
     assert _reasons(view) == ["fact_conflict"]
+
+
+def test_a_popular_text_keeps_a_bounded_record_that_lists_its_first_sources_and_counts_all(engine):
+    # 150 copies of one passage, then the 100 newest of them deleted: the record lists the first 100 sources in
+    # the canonical policy's order (the newest first) and counts all, and after the deletions the next ones.
+    copies = [upsert(f"copy-{i:03d}", 1, [HELP], acl=(f"team-{i % 7}",), day=i + 1) for i in range(150)]
+    deletes = [DeleteEvent(source_id=f"copy-{i:03d}", version=2) for i in range(50, 150)]
+    view = run_embedded(engine, copies, batch=16)
+    _check(engine, copies, view)
+    (chunk,) = view.chunks.values()
+    assert (chunk["source_count"], chunk["member_count"]) == (150, 1)
+    assert [s["source_id"] for s in chunk["sources"]] == [f"copy-{i:03d}" for i in range(149, 49, -1)]
+    assert chunk["acl"] == [f"team-{i}" for i in range(7)]  # the ACL stays complete
+    view = run_embedded(engine, copies + deletes, batch=16)
+    _check(engine, copies + deletes, view)
+    (chunk,) = view.chunks.values()
+    assert chunk["source_count"] == 50 and chunk["canonical"]["source_id"] == "copy-049"
+    assert [s["source_id"] for s in chunk["sources"]] == [f"copy-{i:03d}" for i in range(49, -1, -1)]

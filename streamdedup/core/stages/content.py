@@ -39,10 +39,19 @@ from streamdedup.core.messages import (
     VerifyRequest,
     VerifyResult,
 )
-from streamdedup.core.model import Rank, SourceAttrs, union_readers
+from streamdedup.core.model import Rank
 from streamdedup.core.records import audit_value, chunk_value, review_key, review_value
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set
-from streamdedup.core.state import ContentRecord, NeighborEntry, PartitionState, RefEntry, Table
+from streamdedup.core.state import (
+    ContentRecord,
+    NeighborEntry,
+    PartitionState,
+    RefEntry,
+    Table,
+    TopRef,
+    ref_key,
+    ref_prefix,
+)
 
 if TYPE_CHECKING:
     from streamdedup.core.engine import Engine
@@ -61,7 +70,10 @@ class _Work:
     was_role: str
     was_target: str
     was_ref: tuple[str, int] | None
+    refs: Table[RefEntry]
+    state: PartitionState
     born: bool = False
+    refill: bool = False  # the first positions (record.top) must be read again from the content's refs
     answer_sources: set[str] = field(default_factory=set)
     to_verify: list[str] = field(default_factory=list)
     results: list[tuple[str, int, float, bool]] = field(default_factory=list)
@@ -88,6 +100,14 @@ class ContentStage:
         """Apply a batch of messages for one partition and emit what follows from them."""
         table = Table(state, ContentRecord)
         table.prefetch(list(dict.fromkeys(m.content_hash for m in messages)))  # type: ignore[union-attr]
+        refs = Table(state, RefEntry)
+        refs.prefetch(
+            list(
+                dict.fromkeys(
+                    ref_key(m.content_hash, m.source_id) for m in messages if isinstance(m, RefUpdate)
+                )
+            )
+        )
         out: list[Message | Output] = []
         works: dict[str, _Work] = {}
         for message in messages:
@@ -95,7 +115,7 @@ class ContentStage:
             work = works.get(key)
             if work is None:
                 record = table.get_or_new(key)
-                work = _Work(key, record, record.role, record.target, record.canonical_ref)
+                work = _Work(key, record, record.role, record.target, record.canonical_ref, refs, state)
                 works[key] = work
             self._apply(work, message, out)
         born = [w for w in works.values() if w.born]
@@ -105,6 +125,7 @@ class ContentStage:
             self._settle(work, out)
             table.mark(key)
         table.flush()
+        refs.flush()
         return out
 
     # -- applying messages -------------------------------------------------------------------------------------
@@ -160,27 +181,93 @@ class ContentStage:
 
     def _apply_ref(self, work: _Work, message: RefUpdate, out: list[Message | Output]) -> None:
         record = work.record
-        entry = record.refs.get(message.source_id)
+        key = ref_key(work.key, message.source_id)
+        entry = work.refs.get(key)
+        if message.texts and not record.has_text:
+            # The content's texts, stored once for every copy (taken from any version: they never change).
+            record.text, record.norm, record.has_text = message.texts[0], message.norm, True
         if entry is not None and message.version <= entry.version:
             return
         if message.positions:
-            if not record.alive:
-                record.text, record.norm = message.texts[0], message.norm
-            same = all(t == record.text for t in message.texts)
-            record.refs[message.source_id] = RefEntry(
-                version=message.version,
-                positions=message.positions,
-                texts=() if same else message.texts,
-                attrs=message.attrs,
+            if message.attrs_only:
+                same_positions = entry is not None and entry.positions == message.positions
+                texts = entry.texts if same_positions and entry is not None else ()
+            else:
+                texts = () if all(t == record.text for t in message.texts) else message.texts
+            new = RefEntry(
+                version=message.version, positions=message.positions, texts=texts, attrs=message.attrs
             )
             work.answer_sources.add(message.source_id)
         else:
-            record.refs[message.source_id] = RefEntry(version=message.version)
-        alive = any(ref.positions for ref in record.refs.values())
+            new = RefEntry(version=message.version)
+        work.refs.put(key, new)
+        complete = len(record.top) == record.positions
+        if entry is not None and entry.positions and entry.attrs is not None:
+            _count(record, entry, -1)
+        if new.positions:
+            _count(record, new, +1)
+        self._place(work, message.source_id, new, complete)
+        alive = record.positions > 0 and record.has_text
         if alive and not record.alive:
             self._birth(work)
         elif record.alive and not alive:
             self._death(work, out)
+
+    def _order(self, ref: TopRef) -> tuple[object, ...]:
+        return self._policy.ref_order(ref.source_id, ref.position, ref.attrs)
+
+    def _place(self, work: _Work, source_id: str, entry: RefEntry, complete: bool) -> None:
+        """Keep ``record.top`` the first live positions in policy order after ``source_id``'s change."""
+        record = work.record
+        limit = self._params.max_chunk_sources
+        kept = [t for t in record.top if t.source_id != source_id]
+        fresh = [
+            TopRef(source_id, p, entry.attrs, entry.texts[i] if entry.texts else "")
+            for i, p in enumerate(entry.positions)
+            if entry.attrs is not None
+        ]
+        if complete or len(kept) == len(record.top):
+            # Every position was listed, or none of this source's were: the listed ones and the source's new
+            # ones hold the first positions of all.
+            merged = sorted(kept + fresh, key=self._order)
+        else:
+            # Positions of this source left the list: the others listed are still the first of theirs, and a new
+            # position of this source is known to belong only if it sorts before the last of them.
+            bound = self._order(kept[-1]) if kept else None
+            merged = sorted(
+                kept + [t for t in fresh if bound is not None and self._order(t) < bound], key=self._order
+            )
+            if len(merged) < min(limit, record.positions):
+                work.refill = True
+        record.top = merged[:limit]
+
+    def _scan_refs(self, work: _Work) -> dict[str, RefEntry]:
+        """Return every live source of the content with its entry (reads all of them: for rare events only)."""
+        work.refs.flush()
+        decode = _ref_decoder.decode
+        prefix = ref_prefix(work.key)
+        found = {}
+        for key, raw in work.state.scan(prefix):
+            entry = decode(raw)
+            if entry.positions and entry.attrs is not None:
+                found[key[len(prefix) :]] = entry
+        return found
+
+    def _refill(self, work: _Work) -> None:
+        """Rebuild the counts and the first positions from all the content's refs."""
+        record = work.record
+        live = self._scan_refs(work)
+        tops: list[TopRef] = []
+        record.positions, record.principals = 0, {}
+        for source_id, entry in live.items():
+            _count(record, entry, +1)
+            tops.extend(
+                TopRef(source_id, p, entry.attrs, entry.texts[i] if entry.texts else "")  # type: ignore[arg-type]
+                for i, p in enumerate(entry.positions)
+            )
+        tops.sort(key=self._order)
+        record.top = tops[: self._params.max_chunk_sources]
+        work.refill = False
 
     def _apply_verify_request(self, work: _Work, message: VerifyRequest, out: list[Message | Output]) -> None:
         record = work.record
@@ -246,7 +333,14 @@ class ContentStage:
         dead = Info(record.seq, "dead")
         for other in sorted(record.neighbors):
             out.append(NeighborUpdate(other, key, dead))
-        keep = {"seq": record.seq, "epoch": record.epoch, "refs": record.refs, "revision": record.revision}
+        keep = {
+            "seq": record.seq,
+            "epoch": record.epoch,
+            "revision": record.revision,
+            "has_text": record.has_text,
+            "text": record.text,
+            "norm": record.norm,
+        }
         fresh = ContentRecord(**keep, role="dead", sent_info=dead)  # type: ignore[arg-type]
         for name in fresh.__struct_fields__:
             setattr(record, name, getattr(fresh, name))
@@ -286,11 +380,12 @@ class ContentStage:
             return
         for other, (similarity, info) in sorted(work.late_edges.items()):
             self._remember(work, other, similarity, info)
-        refs = record.live_refs()
-        ref_keys = [(s, p, a) for s, p, a, _ in refs]
-        best = self._policy.best_ref(ref_keys)
+        if work.refill or len(record.top) != min(self._params.max_chunk_sources, record.positions):
+            self._refill(work)
+        first = record.top[0]
+        best = (first.source_id, first.position, first.attrs)
         rank = self._policy.rank_of(key, len(record.norm), best)
-        readers = union_readers([a.acl for _, _, a, _ in refs])
+        readers = record.readers()
         record.pending_verify.extend(work.to_verify)
         record.checked.extend(work.to_verify)
         if not record.pending_bands and not record.pending_verify:
@@ -298,10 +393,10 @@ class ContentStage:
         canonical_ref = (best[0], best[1]) if record.role == "canonical" else None
         record.canonical_ref = canonical_ref
         if canonical_ref is not None and work.was_role == "canonical" and work.was_ref != canonical_ref:
-            out.append(self._source_swap(key, work.was_ref, canonical_ref, ref_keys))
+            out.append(self._source_swap(work, work.was_ref, first))
         info = Info(record.seq, record.role, rank, readers, record.target)
         report = (
-            MemberReport(record.jaccard, tuple(SourceRef(s, p, a) for s, p, a, _ in refs))
+            MemberReport(record.jaccard, _source_refs(record.top), record.positions, rank)
             if record.role == "member"
             else None
         )
@@ -324,7 +419,7 @@ class ContentStage:
                 out.append(NeighborUpdate(other, key, info, report if other == record.target else None))
         record.sent_info, record.sent_report = info, report
         self._tell_sources(work, status, status_changed, out)
-        self._emit_chunk(work, readers, refs, out)
+        self._emit_chunk(work, readers, out)
         for other in work.to_verify:
             out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
         for other in sorted(work.strangers - set(record.neighbors) - set(work.to_verify)):
@@ -333,24 +428,19 @@ class ContentStage:
         for sender, epoch, similarity, edge in work.results:
             out.append(VerifyResult(sender, key, epoch, similarity, edge, info))
 
-    def _source_swap(
-        self,
-        key: str,
-        before: tuple[str, int] | None,
-        after: tuple[str, int],
-        ref_keys: list[tuple[str, int, SourceAttrs]],
-    ) -> Output:
+    def _source_swap(self, work: _Work, before: tuple[str, int] | None, after: TopRef) -> Output:
         """Audit a new canonical source position among the exact copies of a chunk."""
-        attrs = {(s, p): a for s, p, a in ref_keys}
-        if before is None or tuple(before) not in attrs:
+        key = work.key
+        entry = None if before is None else work.refs.get(ref_key(key, before[0]))
+        if before is None or entry is None or entry.attrs is None or before[1] not in entry.positions:
             reason = "canonical source removed"
         else:
-            old, new = attrs[tuple(before)], attrs[after]  # type: ignore[index]
+            old, new = entry.attrs, after.attrs
             reason = self._policy.reason(
-                Rank(new.authority, new.modified_at, 0, after[0], ""),
+                Rank(new.authority, new.modified_at, 0, after.source_id, ""),
                 Rank(old.authority, old.modified_at, 0, before[0], ""),
             )
-        moved = {"source_id": after[0], "position": after[1]}
+        moved = {"source_id": after.source_id, "position": after.position}
         return Output("audit", key, audit_value(key, "swap", reason, canonical=moved))
 
     def _decide(self, work: _Work, rank: Rank, readers: tuple[str, ...], out: list[Message | Output]) -> None:
@@ -421,25 +511,27 @@ class ContentStage:
         previous, record.sent_status = record.sent_status, status
         if not chunk_id:
             return
-        live = [s for s, ref in record.refs.items() if ref.positions]
-        if not changed:
-            recipients = sorted(
-                s for s in work.answer_sources if s in record.refs and record.refs[s].positions
-            )
-        elif previous is not None and previous[:3] == status[:3]:
-            # Only the canonical position moved: its old and new sources change relation, nobody else does (the
-            # rest still see a canonical position that is not theirs, so their copies stay "exact").
-            moved = {ref[0] for ref in (previous[3], canonical_ref) if ref is not None}
-            recipients = sorted(s for s in live if s in moved or s in work.answer_sources)
+        if changed and (previous is None or previous[:3] != status[:3]):
+            # Every live source sees a new chunk or relation.
+            if len(record.top) == record.positions:
+                listed = {t.source_id for t in record.top}
+                live = {s: e for s in listed if (e := work.refs.get(ref_key(key, s))) is not None}
+            else:
+                live = self._scan_refs(work)
         else:
-            recipients = sorted(live)
-        for source_id in recipients:
+            # Only the sources that sent an update, and, if the canonical position moved, its old and new sources
+            # (the rest still see a canonical position that is not theirs, so their copies stay "exact").
+            wanted = set(work.answer_sources)
+            if changed:
+                wanted |= {ref[0] for ref in (previous[3], canonical_ref) if ref is not None}  # type: ignore[index]
+            live = {s: e for s in wanted if (e := work.refs.get(ref_key(key, s))) is not None and e.positions}
+        for source_id in sorted(live):
             out.append(
                 ContentStatus(
                     source_id,
                     key,
                     record.seq,
-                    record.refs[source_id].version,
+                    live[source_id].version,
                     chunk_id,
                     relation,  # type: ignore[arg-type]
                     similarity,
@@ -447,28 +539,24 @@ class ContentStage:
                 )
             )
 
-    def _emit_chunk(
-        self,
-        work: _Work,
-        readers: tuple[str, ...],
-        refs: list[tuple[str, int, SourceAttrs, str]],
-        out: list[Message | Output],
-    ) -> None:
+    def _emit_chunk(self, work: _Work, readers: tuple[str, ...], out: list[Message | Output]) -> None:
         record, key = work.record, work.key
         if record.role != "canonical" or record.canonical_ref is None:
             if record.record_digest:
                 out.append(Output("canonical-chunks", key, None))
                 record.record_digest = ""
             return
-        canonical = record.canonical_ref
-        text = next(t for s, p, _, t in refs if (s, p) == canonical)
+        first = record.top[0]
         value = chunk_value(
             content_hash=key,
-            text=text,
-            canonical=canonical,
+            text=first.text or record.text,
+            canonical=record.canonical_ref,
             readers=readers,
-            own_refs=[SourceRef(s, p, a) for s, p, a, _ in refs],
+            own_refs=_source_refs(record.top),
+            own_count=record.positions,
             members=record.members,
+            policy=self._policy,
+            max_sources=self._params.max_chunk_sources,
         )
         digest = hashlib.blake2b(_json.encode(value), digest_size=16).hexdigest()
         if digest == record.record_digest:
@@ -476,6 +564,25 @@ class ContentStage:
         record.record_digest = digest
         record.revision += 1
         out.append(Output("canonical-chunks", key, {**value, "revision": record.revision}))
+
+
+_ref_decoder = msgspec.msgpack.Decoder(RefEntry)
+
+
+def _count(record: ContentRecord, entry: RefEntry, sign: int) -> None:
+    """Add (``sign`` 1) or remove (-1) a live ref's positions and readers in the content's counts."""
+    record.positions += sign * len(entry.positions)
+    principals = record.principals
+    for principal in set(entry.attrs.acl) if entry.attrs is not None else ():
+        count = principals.get(principal, 0) + sign
+        if count > 0:
+            principals[principal] = count
+        else:
+            principals.pop(principal, None)
+
+
+def _source_refs(top: list[TopRef]) -> tuple[SourceRef, ...]:
+    return tuple(SourceRef(t.source_id, t.position, t.attrs) for t in top)
 
 
 def _differs(a: Info, b: Info) -> bool:

@@ -143,23 +143,37 @@ class SourceStage:
             norms = [normalize(c.plain) for c in chunks]
             record.version, record.deleted = event.version, False
             record.attrs, record.collection = event.attrs, event.collection
-            record.texts, record.norms = [c.original for c in chunks], norms
             record.chunks = [hashlib.sha256(n.encode("utf-8")).hexdigest() for n in norms]
             table.mark(event.source_id)
         new = _positions_by_content(record.chunks)
         for content_hash in sorted(set(old) | set(new)):
             positions = new.get(content_hash, ())
-            out.append(
-                RefUpdate(
-                    content_hash,
-                    event.source_id,
-                    record.version,
-                    positions,
-                    tuple(record.texts[p] for p in positions),
-                    record.norms[positions[0]] if positions else "",
-                    record.attrs if positions else None,
+            if not positions:
+                out.append(RefUpdate(content_hash, event.source_id, record.version, ()))
+            elif isinstance(event, AclEvent):
+                # The content keeps the texts (sources keep only hashes): tell it the new attributes alone.
+                out.append(
+                    RefUpdate(
+                        content_hash,
+                        event.source_id,
+                        record.version,
+                        positions,
+                        attrs=record.attrs,
+                        attrs_only=True,
+                    )
                 )
-            )
+            else:
+                out.append(
+                    RefUpdate(
+                        content_hash,
+                        event.source_id,
+                        record.version,
+                        positions,
+                        tuple(chunks[p].original for p in positions),
+                        norms[positions[0]],
+                        record.attrs,
+                    )
+                )
         record.statuses = {h: s for h, s in record.statuses.items() if h in new}
         return True
 

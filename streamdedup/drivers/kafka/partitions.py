@@ -155,6 +155,10 @@ class PartitionStores:
         """Return the values of many keys of a stage partition, in order."""
         return self.open(stage, partition).store.get_many(stage, partition, keys)
 
+    def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
+        """Return every (key, value) under ``prefix`` in a stage partition, in key order."""
+        return self.open(stage, partition).store.scan(stage, partition, prefix)
+
     def get_meta(self, key: str) -> bytes | None:
         """Return a metadata value of the worker's own store, or None."""
         return self._meta_store().get_meta(key)
