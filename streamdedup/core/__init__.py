@@ -5,11 +5,26 @@
 0.8
 """
 
-from streamdedup.core.engine import Engine
+from typing import Any
+
 from streamdedup.core.messages import Output
 from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent, SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
-from streamdedup.core.view import View
+
+
+def __getattr__(name: str) -> Any:
+    # The engine and the view load the compiled parts (numba, numpy): only when asked for, so that commands that
+    # do not run the engine start fast.
+    if name == "Engine":
+        from streamdedup.core.engine import Engine
+
+        return Engine
+    if name == "View":
+        from streamdedup.core.view import View
+
+        return View
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AclEvent",
