@@ -570,11 +570,37 @@ def _popularity(lines: list[str]) -> None:
     ]
 
 
+def _dense(lines: list[str]) -> None:
+    result = _load("dense")
+    if result is None:
+        lines += ["Not run yet: `python -m benchmarks.dense`.", ""]
+        return
+    copies, seconds, flags = result["copies"], result["seconds"], result["fact_conflict_flags"]
+    lines += [
+        f"Machine: {_machine(result)}. Command: `{result['command']}`.",
+        "",
+        f"{copies:,} copies of a support macro, each with its own customer number: every pair is above the",
+        "threshold and states a different fact, so nothing merges. `streamdedup run` over a JSONL file, RocksDB",
+        "state, from launch to exit. Baseline in the same run: as many unrelated texts of the same length.",
+        "",
+        "| feed | seconds | fact_conflict flags | canonical chunks |",
+        "|---|---:|---:|---:|",
+        f"| {copies:,} near copies | {seconds:.2f} | {flags:,} | {result['outputs'].get('canonical-chunks', 0):,} |",
+        f"| {copies:,} unrelated texts | {result['baseline_seconds']:.2f} | 0 | |",
+        "",
+        f"- Near copies / unrelated texts (time): {result['ratio_to_baseline']:.2f}.",
+        f"- Target: under 10 s: {seconds:.2f} s, {_check(seconds < 10)}.",
+        f"- Target: at most {copies:,} flags: {flags:,}, {_check(flags <= copies)}.",
+        "",
+    ]
+
+
 SECTIONS = [
     ("Signatures", _signatures),
     ("Where the time goes", _profile),
     ("Embedded engine", _engine),
     ("Popularity", _popularity),
+    ("Dense neighbourhoods", _dense),
     ("Streaming on the broker", _streaming),
     ("State", _state),
 ]

@@ -43,3 +43,22 @@ def embedded_review_keys(engine: Engine, events: Sequence[InputEvent]) -> list[t
     runner = EmbeddedRunner(engine, MemoryStore())
     outputs = runner.process(list(events), lambda outputs: None)
     return sorted({(o.value["reason"], o.key) for o in outputs if o.topic == "review" and o.value and o.key})
+
+
+def unflagged(
+    expected: Sequence[tuple[str, str]], flagged: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """Return the (reason, key) flags of ``expected`` that ``flagged`` does not account for.
+
+    An ``acl_boundary`` pair must be flagged itself. A ``fact_conflict`` pair needs one of its two texts in some
+    ``fact_conflict`` flag: each text raises one, against the better-ranked conflicting text known when its own
+    discovery ends, so which partner it names can depend on the order in which texts arrive.
+    """
+    flags = set(flagged)
+    in_conflict = {h for reason, key in flags if reason == "fact_conflict" for h in key.split(":")}
+    return [
+        (reason, key)
+        for reason, key in expected
+        if (reason, key) not in flags
+        and not (reason == "fact_conflict" and set(key.split(":")) & in_conflict)
+    ]

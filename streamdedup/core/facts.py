@@ -14,11 +14,12 @@ False
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from streamdedup.core.normalize import words
 
-__all__ = ["describe_conflict", "fact_conflict", "fact_tokens"]
+__all__ = ["describe_conflict", "describe_fact_difference", "fact_conflict", "fact_tokens"]
 
 _NEGATIONS = frozenset(
     # English
@@ -50,15 +51,19 @@ _CALENDAR_WORDS = frozenset(
 _VOCABULARY = _NEGATIONS | _NUMBER_WORDS | _CALENDAR_WORDS
 
 
-def _is_fact(token: str) -> bool:
-    if token in _VOCABULARY or token.endswith("n't"):
-        return True
-    return any(char.isdigit() for char in token)
+_ASCII_DIGIT = re.compile("[0-9]")
 
 
 def fact_tokens(text: str) -> list[str]:
     """Return the fact tokens of ``text`` in order of appearance."""
-    return [token for token in words(text) if _is_fact(token)]
+    digit = _ASCII_DIGIT.search
+    return [
+        token
+        for token in words(text)
+        if token in _VOCABULARY
+        or token.endswith("n't")
+        or (digit(token) is not None if token.isascii() else any(char.isdigit() for char in token))
+    ]
 
 
 def fact_conflict(a: str, b: str) -> bool:
@@ -68,7 +73,12 @@ def fact_conflict(a: str, b: str) -> bool:
 
 def describe_conflict(a: str, b: str) -> str:
     """Return a short human-readable description of how the facts of ``a`` and ``b`` differ."""
-    fa, fb = Counter(fact_tokens(a)), Counter(fact_tokens(b))
+    return describe_fact_difference(fact_tokens(a), fact_tokens(b))
+
+
+def describe_fact_difference(tokens_a: list[str], tokens_b: list[str]) -> str:
+    """:func:`describe_conflict` from the two texts' :func:`fact_tokens`."""
+    fa, fb = Counter(tokens_a), Counter(tokens_b)
     only_a = sorted((fa - fb).elements())
     only_b = sorted((fb - fa).elements())
     if not only_a and not only_b:

@@ -125,11 +125,15 @@ class BandLeave(msgspec.Struct, frozen=True, tag="leave", tag_field="op"):
 
 
 class BandAck(msgspec.Struct, frozen=True, tag="ack", tag_field="op"):
-    """Band → content: for each band the content joined, the other contents in its bucket (candidates)."""
+    """Band → content: the bands answered, and the other contents found in their buckets (candidates).
+
+    Each candidate comes with the number of those bands it shares with the content, an estimate of their Jaccard.
+    """
 
     content_hash: str
     epoch: int
-    bands: tuple[tuple[str, tuple[str, ...]], ...]  # (band key, other members)
+    bands: tuple[str, ...]
+    candidates: tuple[tuple[str, int], ...] = ()  # (content hash, bands shared)
 
 
 class VerifyRequest(msgspec.Struct, frozen=True, tag="verify", tag_field="op"):
@@ -144,7 +148,11 @@ class VerifyRequest(msgspec.Struct, frozen=True, tag="verify", tag_field="op"):
 
 
 class VerifyResult(msgspec.Struct, frozen=True, tag="verified", tag_field="op"):
-    """Content → content: the verified similarity, and whether the pair may merge."""
+    """Content → content: the verified similarity, and whether the pair may merge.
+
+    ``conflict`` holds the sender's fact tokens when the pair is above the threshold but states different facts
+    and the receiver is the one to flag it (``text`` is then the sender's original text).
+    """
 
     content_hash: str
     sender: str
@@ -152,6 +160,8 @@ class VerifyResult(msgspec.Struct, frozen=True, tag="verified", tag_field="op"):
     jaccard: float
     edge: bool
     info: Info
+    conflict: tuple[str, ...] | None = None  # the sender's fact tokens, when the facts differ
+    text: str = ""
 
 
 class NeighborUpdate(msgspec.Struct, frozen=True, tag="neighbor", tag_field="op"):

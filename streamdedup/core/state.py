@@ -13,13 +13,14 @@ from typing import Generic, Literal, Protocol, TypeVar
 import msgspec
 
 from streamdedup.core.messages import ContentStatus, Info, MemberReport
-from streamdedup.core.model import EVERYONE, SourceAttrs
+from streamdedup.core.model import EVERYONE, Rank, SourceAttrs
 
 __all__ = [
     "BoilerplateSnapshot",
     "BulkPartitionState",
     "CollectionMember",
     "CollectionRecord",
+    "Conflict",
     "ContentRecord",
     "LineRecord",
     "MappingEntry",
@@ -138,6 +139,16 @@ class NeighborEntry(msgspec.Struct, kw_only=True, array_like=True):
     info: Info
 
 
+class Conflict(msgspec.Struct, frozen=True, array_like=True):
+    """A better-ranked text above the threshold that states different facts: what a ``fact_conflict`` names."""
+
+    content_hash: str
+    jaccard: float
+    rank: Rank
+    text: str
+    facts: tuple[str, ...]  # its fact tokens
+
+
 class TopRef(msgspec.Struct, frozen=True, array_like=True):
     """A live source position among a content's first ones in the canonical policy's order."""
 
@@ -178,6 +189,7 @@ class ContentRecord(msgspec.Struct, kw_only=True):
     top: list[TopRef] = msgspec.field(default_factory=list)
     # Discovery of near copies for the current epoch.
     pending_bands: list[str] = msgspec.field(default_factory=list)
+    candidates: dict[str, int] = msgspec.field(default_factory=dict)  # bands shared, while bands are pending
     pending_verify: list[str] = msgspec.field(default_factory=list)
     checked: list[str] = msgspec.field(default_factory=list)
     neighbors: dict[str, NeighborEntry] = msgspec.field(default_factory=dict)
@@ -193,7 +205,10 @@ class ContentRecord(msgspec.Struct, kw_only=True):
     record_digest: str = ""
     revision: int = 0
     flagged: list[str] = msgspec.field(default_factory=list)
-    conflicted: bool = False  # raised its one fact_conflict flag as a new text
+    # A text raises at most one fact_conflict flag per life: against the better-ranked conflicting text it would
+    # otherwise have joined (the best known, kept here until its own discovery is complete).
+    conflicted: bool = False
+    conflict: Conflict | None = None
 
     def readers(self) -> tuple[str, ...]:
         """Return the union of the ACLs of the live sources (``("*",)`` if one admits everyone)."""

@@ -1,6 +1,17 @@
 """The edge cases of the three articles the product grew from (see DEVELOPERS.md), as named tests."""
 
+import collections
+
+from streamdedup.core.engine import Engine
+from streamdedup.core.facts import fact_conflict
+from streamdedup.core.messages import VerifyRequest
 from streamdedup.core.model import AclEvent, DeleteEvent
+from streamdedup.core.normalize import content_hash, normalize
+from streamdedup.core.params import EngineParams
+from streamdedup.core.records import review_key
+from streamdedup.core.view import View
+from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, live_sources
 from tests.helpers import run_embedded, upsert
@@ -198,3 +209,53 @@ def test_a_popular_text_keeps_a_bounded_record_that_lists_its_first_sources_and_
     (chunk,) = view.chunks.values()
     assert chunk["source_count"] == 50 and chunk["canonical"]["source_id"] == "copy-049"
     assert [s["source_id"] for s in chunk["sources"]] == [f"copy-{i:03d}" for i in range(49, -1, -1)]
+
+
+def test_each_text_raises_one_fact_conflict_flag_against_the_better_text_it_would_have_joined(engine):
+    # Three refund pages that differ in their number of days, the newest best ranked: each of the two others is
+    # flagged once, against the better-ranked page it would otherwise have joined (equal Jaccard: the best rank).
+    pages = {days: upsert(f"refund-{days}", 1, [REFUND.format(days=days)], day=days) for days in (30, 14, 7)}
+    hashes = {days: content_hash(REFUND.format(days=days)) for days in pages}
+    forward = [pages[30], pages[14], pages[7]]
+    view = run_embedded(engine, forward)
+    _check(engine, forward, view)
+    assert len(view.chunks) == 3
+    assert set(view.reviews) == {review_key(hashes[30], hashes[14]), review_key(hashes[30], hashes[7])}
+    # Worst ranked first: each page is flagged by the time a better one arrives, once.
+    backward = forward[::-1]
+    view = run_embedded(engine, backward)
+    _check(engine, backward, view)
+    assert set(view.reviews) == {review_key(hashes[7], hashes[14]), review_key(hashes[14], hashes[30])}
+    assert _reasons(view) == ["fact_conflict", "fact_conflict"]
+
+
+def test_a_dense_neighbourhood_verifies_a_bounded_number_of_candidates_and_flags_each_text_once(monkeypatch):
+    # 60 near copies that each state another number: every pair is above the threshold and in conflict. Each copy
+    # verifies at most max_candidates others, raises at most one flag, and nothing merges.
+    engine = Engine(EngineParams(max_candidates=5))
+    copies = [upsert(f"ticket-{i:02d}", 1, [REFUND.format(days=i + 1)], day=i + 1) for i in range(60)]
+    requests: list[VerifyRequest] = []
+    content = engine.stages["content"]
+    handle = content.handle
+
+    def counting(messages, state):
+        out = handle(messages, state)
+        requests.extend(m for m in out if isinstance(m, VerifyRequest))
+        return out
+
+    monkeypatch.setattr(content, "handle", counting)
+    runner = EmbeddedRunner(engine, MemoryStore())
+    outputs = [
+        o for start in range(0, 60, 4) for o in runner.process(copies[start : start + 4], lambda _: None)
+    ]
+    view = View().apply_all(outputs)
+    _check(engine, copies, view)
+    assert len(view.chunks) == 60
+    per_text = collections.Counter(r.sender for r in requests)
+    assert max(per_text.values()) <= 5
+    flags = [o.value for o in outputs if o.topic == "review"]
+    assert 0 < len(flags) <= 59 and {f["reason"] for f in flags} == {"fact_conflict"}
+    norms = {content_hash(REFUND.format(days=i + 1)): normalize(REFUND.format(days=i + 1)) for i in range(60)}
+    for flag in flags:
+        a, b = norms[flag["a"]["content_hash"]], norms[flag["b"]["content_hash"]]
+        assert flag["jaccard"] >= 0.8 and fact_conflict(a, b)

@@ -1,7 +1,9 @@
 """Stage handlers driven directly: a batch and partition-local state in, keyed messages out."""
 
-from streamdedup.core.messages import BandAck, BandJoin, BandLeave, Output, RefUpdate
+from streamdedup.core.engine import Engine
+from streamdedup.core.messages import BandAck, BandJoin, BandLeave, Output, RefUpdate, VerifyRequest
 from streamdedup.core.model import AclEvent, DeleteEvent
+from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
@@ -50,18 +52,18 @@ H1, H2, H3, H9 = ("1" * 64, "2" * 64, "3" * 64, "9" * 64)
 
 def test_band_stage_answers_joins_with_the_other_members(engine):
     txn = Transaction(MemoryStore())
-    assert _handle(engine, "band", [BandJoin(H1, 1, ("k",))], txn) == [BandAck(H1, 1, (("k", ()),))]
-    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, (("k", (H1,)),))]
+    assert _handle(engine, "band", [BandJoin(H1, 1, ("k",))], txn) == [BandAck(H1, 1, ("k",))]
+    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, ("k",), ((H1, 1),))]
     # a duplicate join is answered again and changes nothing
-    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, (("k", (H1,)),))]
+    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, ("k",), ((H1, 1),))]
     # a stale leave (older epoch than the join) does not remove the member
     _handle(engine, "band", [BandJoin(H1, 3, ("k",)), BandLeave(H1, 2, ("k",))], txn)
-    assert _handle(engine, "band", [BandJoin(H3, 1, ("k",))], txn)[0].bands == (("k", (H1, H2)),)
-    # the joins of one content in one batch get one answer for all their bands
+    assert _handle(engine, "band", [BandJoin(H3, 1, ("k",))], txn)[0].candidates == ((H1, 1), (H2, 1))
+    # the joins of one content in one batch get one answer for all their bands, candidates counted by shared bands
     (ack,) = _handle(engine, "band", [BandJoin(H9, 1, ("x",)), BandJoin(H9, 1, ("y",))], txn)
-    assert ack.bands == (("x", ()), ("y", ()))
+    assert (ack.bands, ack.candidates) == (("x", "y"), ())
     (ack,) = _handle(engine, "band", [BandJoin(H3, 1, ("x", "y"))], txn)
-    assert ack.bands == (("x", (H9,)), ("y", (H9,)))
+    assert (ack.bands, ack.candidates) == (("x", "y"), ((H9, 2),))
     _handle(
         engine,
         "band",
@@ -79,7 +81,7 @@ def test_content_stage_decides_after_discovery(engine):
     (join,) = [m for m in out if isinstance(m, BandJoin)]  # one join, with every band key
     assert len(join.band_keys) == engine.params.bands
     assert not [m for m in out if isinstance(m, Output)]  # nothing is emitted before discovery completes
-    acks = [BandAck("h", join.epoch, tuple((k, ()) for k in join.band_keys))]
+    acks = [BandAck("h", join.epoch, join.band_keys)]
     out = _handle(engine, "content", acks, txn)
     chunks = [m for m in out if isinstance(m, Output) and m.topic == "canonical-chunks"]
     assert len(chunks) == 1 and chunks[0].key == "h" and chunks[0].value["revision"] == 1
@@ -95,3 +97,27 @@ def test_a_band_message_is_delivered_once_per_band_partition_with_that_partition
         assert stage == "band" and (part.content_hash, part.epoch) == (H1, 2)
         assert all(partition_for(k, 4) == partition for k in part.band_keys)
     assert sorted(k for _, _, part in parts for k in part.band_keys) == sorted(keys)
+
+
+def test_a_crowded_bucket_answers_a_join_with_at_most_max_candidates_others():
+    engine = Engine(EngineParams(max_candidates=2))
+    txn = Transaction(MemoryStore())
+    for member in (H9, H3, H1, H2):
+        _handle(engine, "band", [BandJoin(member, 1, ("k", "x"))], txn)
+    (ack,) = _handle(engine, "band", [BandJoin("0" * 64, 1, ("k", "x"))], txn)
+    assert ack.candidates == ((H1, 2), (H2, 2))  # the lowest hashes, two shared bands each
+
+
+def test_a_new_text_verifies_the_candidates_sharing_the_most_bands_once_every_band_answered():
+    engine = Engine(EngineParams(max_candidates=2))
+    txn = Transaction(MemoryStore())
+    words = " ".join(f"w{i}" for i in range(30))
+    ref = RefUpdate("h", "s", 1, (0,), (words,), words, upsert("s", 1, [words]).attrs)
+    (join,) = [m for m in _handle(engine, "content", [ref], txn) if isinstance(m, BandJoin)]
+    half = len(join.band_keys) // 2
+    first = BandAck("h", join.epoch, join.band_keys[:half], ((H9, 2), (H3, 3), (H1, 1)))
+    assert not [m for m in _handle(engine, "content", [first], txn) if isinstance(m, VerifyRequest)]
+    second = BandAck("h", join.epoch, join.band_keys[half:], ((H2, 4), (H1, 2), (H9, 1)))
+    out = _handle(engine, "content", [second, second], txn)  # a duplicate answer counts once
+    # Shared bands: H2 4, H3 3, H1 3, H9 3; the first two by bands shared, then by content hash.
+    assert sorted(m.content_hash for m in out if isinstance(m, VerifyRequest)) == [H1, H2]

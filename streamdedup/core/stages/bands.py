@@ -3,8 +3,12 @@
 A joining content is answered with everyone else in the bucket: its near-duplicate candidates. Of two contents
 that share a bucket, whichever joins second hears of the first, so every colliding pair is found in any order.
 
-A bucket is stored as fixed-width entries, 32 bytes of content hash and 4 bytes of epoch each: most buckets
-hold one content, and every new content touches one bucket per band, so this stage avoids any per-entry parsing.
+A content verifies at most ``max_candidates`` others, and a dense neighbourhood must not make every join cost the
+size of its buckets: a join reads at most that many others per band (the lowest content hashes), and its answer
+names at most that many candidates, those sharing the most of its bands (then the lowest hashes).
+
+A bucket is stored as fixed-width entries sorted by content hash, 32 bytes of hash and 4 bytes of epoch each, and
+is searched and changed in place: most buckets hold one content, and a crowded one costs a binary search.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BandStage", "decode_bucket", "encode_bucket"]
 
+_HASH = 32
 _ENTRY = 36
 
 
@@ -28,7 +33,7 @@ def decode_bucket(raw: bytes | None) -> dict[str, int]:
     if not raw:
         return {}
     return {
-        raw[i : i + 32].hex(): int.from_bytes(raw[i + 32 : i + _ENTRY], "big")
+        raw[i : i + _HASH].hex(): int.from_bytes(raw[i + _HASH : i + _ENTRY], "big")
         for i in range(0, len(raw), _ENTRY)
     }
 
@@ -38,13 +43,45 @@ def encode_bucket(members: dict[str, int]) -> bytes:
     return b"".join(bytes.fromhex(h) + epoch.to_bytes(4, "big") for h, epoch in sorted(members.items()))
 
 
+def _find(raw: bytes, member: bytes) -> tuple[int, bool]:
+    """Return the offset at which ``member`` is or would be inserted in a bucket, and whether it is there."""
+    low, high = 0, len(raw) // _ENTRY
+    while low < high:
+        middle = (low + high) // 2
+        start = middle * _ENTRY
+        if raw[start : start + _HASH] < member:
+            low = middle + 1
+        else:
+            high = middle
+    offset = low * _ENTRY
+    return offset, raw[offset : offset + _HASH] == member
+
+
+def _count_others(raw: bytes, member: bytes, limit: int, counts: dict[bytes, int]) -> None:
+    """Count one shared band for each of the first ``limit`` content hashes of a bucket other than ``member``."""
+    if len(raw) == _ENTRY:
+        return
+    seen = 0
+    for start in range(0, min(len(raw), (limit + 1) * _ENTRY), _ENTRY):
+        other = raw[start : start + _HASH]
+        if other != member and seen < limit:
+            counts[other] = counts.get(other, 0) + 1
+            seen += 1
+
+
+def _best(counts: dict[bytes, int], limit: int) -> tuple[tuple[str, int], ...]:
+    """Return the ``limit`` candidates sharing the most bands (then the lowest hashes) as (hex hash, bands)."""
+    chosen = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    return tuple((other.hex(), count) for other, count in chosen)
+
+
 class BandStage:
     """Handler of the ``band`` stage."""
 
     name = "band"
 
     def __init__(self, engine: Engine) -> None:
-        self._engine = engine
+        self._limit = engine.params.max_candidates
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of joins and leaves for one partition; answer every join."""
@@ -53,39 +90,44 @@ class BandStage:
         )
         get_many = getattr(state, "get_many", None)
         raws = get_many(keys) if get_many is not None else [state.get(k) for k in keys]
-        buckets = {key: decode_bucket(raw) for key, raw in zip(keys, raws, strict=True)}
+        buckets: dict[str, bytes] = {key: raw or b"" for key, raw in zip(keys, raws, strict=True)}
         changed: set[str] = set()
         # One answer per joining content (and epoch) for all the bands it joined in this batch.
-        answers: dict[tuple[str, int], list[tuple[str, tuple[str, ...]]]] = {}
+        answers: dict[tuple[str, int], tuple[list[str], dict[bytes, int]]] = {}
         for message in messages:
             content_hash, epoch = message.content_hash, message.epoch  # type: ignore[union-attr]
+            member = bytes.fromhex(content_hash)
             if isinstance(message, BandJoin):
-                answer = answers.setdefault((content_hash, epoch), [])
+                answered, counts = answers.setdefault((content_hash, epoch), ([], {}))
+                entry = member + epoch.to_bytes(4, "big")
                 for band_key in message.band_keys:
-                    members = buckets[band_key]
-                    known = members.get(content_hash)
-                    if known is None or known < epoch:
-                        members[content_hash] = epoch
+                    raw = buckets[band_key]
+                    offset, present = _find(raw, member)
+                    if not present:
+                        raw = raw[:offset] + entry + raw[offset:]
+                    elif int.from_bytes(raw[offset + _HASH : offset + _ENTRY], "big") < epoch:
+                        raw = raw[:offset] + entry + raw[offset + _ENTRY :]
+                    if raw is not buckets[band_key]:
+                        buckets[band_key] = raw
                         changed.add(band_key)
-                    others = (
-                        () if len(members) == 1 else tuple(sorted(h for h in members if h != content_hash))
-                    )
-                    answer.append((band_key, others))
+                    answered.append(band_key)
+                    _count_others(raw, member, self._limit, counts)
             elif isinstance(message, BandLeave):
                 for band_key in message.band_keys:
-                    members = buckets[band_key]
-                    known = members.get(content_hash)
-                    if known is not None and known <= epoch:
-                        del members[content_hash]
+                    raw = buckets[band_key]
+                    offset, present = _find(raw, member)
+                    if present and int.from_bytes(raw[offset + _HASH : offset + _ENTRY], "big") <= epoch:
+                        buckets[band_key] = raw[:offset] + raw[offset + _ENTRY :]
                         changed.add(band_key)
             else:  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"band stage cannot handle {type(message).__name__}")
         for key in sorted(changed):
-            members = buckets[key]
-            if members:
-                state.put(key, encode_bucket(members))
+            raw = buckets[key]
+            if raw:
+                state.put(key, raw)
             else:
                 state.delete(key)
         return [
-            BandAck(content_hash, epoch, tuple(bands)) for (content_hash, epoch), bands in answers.items()
+            BandAck(content_hash, epoch, tuple(answered), _best(counts, self._limit))
+            for (content_hash, epoch), (answered, counts) in answers.items()
         ]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from streamdedup.core.clustering import decide, split_reason
-from streamdedup.core.facts import describe_conflict, fact_tokens
+from streamdedup.core.facts import describe_fact_difference, fact_tokens
 from streamdedup.core.messages import (
     BandAck,
     BandJoin,
@@ -43,6 +43,7 @@ from streamdedup.core.model import Rank
 from streamdedup.core.records import audit_value, chunk_value, review_key, review_value
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.core.state import (
+    Conflict,
     ContentRecord,
     NeighborEntry,
     PartitionState,
@@ -76,14 +77,15 @@ class _Work:
     refill: bool = False  # the first positions (record.top) must be read again from the content's refs
     answer_sources: set[str] = field(default_factory=set)
     to_verify: list[str] = field(default_factory=list)
-    results: list[tuple[str, int, float, bool]] = field(default_factory=list)
+    # Answers owed to verify requests: (sender, epoch, similarity, edge, the sender as a conflict or None).
+    results: list[tuple[str, int, float, bool, Conflict | None]] = field(default_factory=list)
+    # Better-ranked texts above the threshold that state other facts, met in this batch: this content flags.
+    conflicts: list[Conflict] = field(default_factory=list)
     new_neighbors: set[str] = field(default_factory=set)
     # Contents that hold this one as a neighbour although it does not hold them (yet): told at settle, either
     # adopted as neighbours (edge known, content alive), re-verified (edge unknown) or told it is dead.
     late_edges: dict[str, tuple[float, Info]] = field(default_factory=dict)
     strangers: set[str] = field(default_factory=set)
-    # The content's own shingle set and fact tokens, computed once per batch for all the pairs it verifies.
-    shingles: tuple[str, frozenset[str], list[str]] | None = None
 
 
 class ContentStage:
@@ -95,6 +97,8 @@ class ContentStage:
         self._engine = engine
         self._params = engine.params
         self._policy = engine.policy
+        # Shingle sets and fact tokens of the texts met in one batch (a new text asks many others to verify it).
+        self._features: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of messages for one partition and emit what follows from them."""
@@ -126,7 +130,20 @@ class ContentStage:
             table.mark(key)
         table.flush()
         refs.flush()
+        self._features.clear()
         return out
+
+    def _text_features(self, norm: str) -> tuple[frozenset[str], tuple[str, ...]]:
+        found = self._features.get(norm)
+        if found is None:
+            found = self._features[norm] = (
+                shingle_set(norm, self._params.shingle_size),
+                tuple(fact_tokens(norm)),
+            )
+        return found
+
+    def _facts(self, norm: str) -> tuple[str, ...]:
+        return self._text_features(norm)[1]
 
     # -- applying messages -------------------------------------------------------------------------------------
 
@@ -137,23 +154,28 @@ class ContentStage:
         elif isinstance(message, BandAck):
             if message.epoch != record.epoch:
                 return
-            for band_key, members in message.bands:
-                if band_key not in record.pending_bands:
-                    continue  # a duplicate answer
-                record.pending_bands.remove(band_key)
-                for other in members:
-                    if (
-                        other != work.key
-                        and other not in record.checked
-                        and other not in record.neighbors
-                        and other not in work.to_verify
-                    ):
-                        work.to_verify.append(other)
+            # Candidates are counted by the bands they share (an estimate of Jaccard) until every band answered.
+            pending = record.pending_bands
+            answered = set(message.bands).intersection(pending)
+            if not answered:
+                return  # a duplicate answer
+            record.pending_bands = [band_key for band_key in pending if band_key not in answered]
+            candidates = record.candidates
+            for other, shared in message.candidates:
+                if other != work.key:
+                    candidates[other] = candidates.get(other, 0) + shared
         elif isinstance(message, VerifyRequest):
             self._apply_verify_request(work, message, out)
         elif isinstance(message, VerifyResult):
             if message.epoch == record.epoch and message.sender in record.pending_verify:
                 record.pending_verify.remove(message.sender)
+                if message.conflict is not None and message.info.rank is not None and record.alive:
+                    # The receiver found the pair in conflict and left the flag to this side (the worse ranked).
+                    work.conflicts.append(
+                        Conflict(
+                            message.sender, message.jaccard, message.info.rank, message.text, message.conflict
+                        )
+                    )
             if message.edge:
                 if record.alive:
                     self._remember(work, message.sender, message.jaccard, message.info)
@@ -272,34 +294,21 @@ class ContentStage:
     def _apply_verify_request(self, work: _Work, message: VerifyRequest, out: list[Message | Output]) -> None:
         record = work.record
         if not record.alive:
-            work.results.append((message.sender, message.epoch, 0.0, False))
+            work.results.append((message.sender, message.epoch, 0.0, False, None))
             return
-        size = self._params.shingle_size
-        if work.shingles is None or work.shingles[0] != record.norm:
-            work.shingles = (record.norm, shingle_set(record.norm, size), fact_tokens(record.norm))
-        mine, theirs = work.shingles[1], shingle_set(message.norm, size)
+        mine, my_facts = self._text_features(record.norm)
+        theirs, their_facts = self._text_features(message.norm)
         similarity = jaccard_of_sets(mine, theirs)
         long_enough = min(len(mine), len(theirs)) >= self._params.min_shingles
         above = long_enough and similarity >= self._params.threshold
-        conflict = above and work.shingles[2] != fact_tokens(message.norm)
-        if conflict:
-            out.append(
-                Output(
-                    "review",
-                    review_key(work.key, message.sender),
-                    review_value(
-                        "fact_conflict",
-                        {"content_hash": work.key, "text": record.text},
-                        {"content_hash": message.sender, "text": message.text},
-                        similarity,
-                        describe_conflict(record.norm, message.norm),
-                    ),
-                )
-            )
-        edge = above and not conflict
+        conflict = None
+        if above and my_facts != their_facts:
+            rank = message.info.rank or Rank(0, 0, 0, "", "")
+            conflict = Conflict(message.sender, similarity, rank, message.text, their_facts)
+        edge = above and conflict is None
         if edge:
             self._remember(work, message.sender, similarity, message.info)
-        work.results.append((message.sender, message.epoch, similarity, edge))
+        work.results.append((message.sender, message.epoch, similarity, edge, conflict))
 
     def _remember(self, work: _Work, other: str, similarity: float, info: Info) -> None:
         record = work.record
@@ -317,6 +326,7 @@ class ContentStage:
         record.alive = True
         record.epoch += 1
         record.role, record.target, record.jaccard = "pending", "", 1.0
+        record.candidates, record.conflict = {}, None
         work.was_role, work.was_target, work.was_ref = "pending", "", None
         work.born = True
 
@@ -373,7 +383,7 @@ class ContentStage:
         record, key = work.record, work.key
         if not record.alive:
             dead = Info(record.seq, "dead")
-            for sender, epoch, _, _ in work.results:
+            for sender, epoch, _, _, _ in work.results:
                 out.append(VerifyResult(sender, key, epoch, 0.0, False, dead))
             for other in sorted(set(work.late_edges) | work.strangers):
                 out.append(NeighborUpdate(other, key, dead))
@@ -386,8 +396,24 @@ class ContentStage:
         best = (first.source_id, first.position, first.attrs)
         rank = self._policy.rank_of(key, len(record.norm), best)
         readers = record.readers()
+        owed: list[tuple[str, int, float, bool, tuple[str, ...] | None]] = []
+        my_key = None
+        for sender, epoch, similarity, edge, conflict in work.results:
+            # Of a pair in conflict, the worse-ranked side raises the flag: this one, or the sender when told so.
+            facts_for_them = None
+            if conflict is not None:
+                my_key = my_key or self._policy.sort_key(rank)
+                if self._policy.sort_key(conflict.rank) < my_key:
+                    work.conflicts.append(conflict)
+                else:
+                    facts_for_them = self._facts(record.norm)
+            owed.append((sender, epoch, similarity, edge, facts_for_them))
+        if record.candidates and not record.pending_bands:
+            self._choose_candidates(work)
         record.pending_verify.extend(work.to_verify)
         record.checked.extend(work.to_verify)
+        if not record.conflicted and (work.conflicts or record.conflict is not None):
+            self._flag_conflict(work, out)
         if not record.pending_bands and not record.pending_verify:
             self._decide(work, rank, readers, out)
         canonical_ref = (best[0], best[1]) if record.role == "canonical" else None
@@ -425,8 +451,57 @@ class ContentStage:
         for other in sorted(work.strangers - set(record.neighbors) - set(work.to_verify)):
             # It holds this content as a neighbour but this content lost track of it: verify the pair again.
             out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
-        for sender, epoch, similarity, edge in work.results:
-            out.append(VerifyResult(sender, key, epoch, similarity, edge, info))
+        for sender, epoch, similarity, edge, facts in owed:
+            text = "" if facts is None else record.text
+            out.append(VerifyResult(sender, key, epoch, similarity, edge, info, facts, text))
+
+    def _choose_candidates(self, work: _Work) -> None:
+        """Verify the candidates sharing the most bands (at most ``max_candidates``; ties by content hash)."""
+        record = work.record
+        counts, record.candidates = record.candidates, {}
+        known = set(record.checked) | set(record.neighbors)
+        fresh = [h for h in counts if h not in known]
+        if len(fresh) > self._params.max_candidates:
+            fresh.sort(key=lambda h: (-counts[h], h))
+            del fresh[self._params.max_candidates :]
+        else:
+            fresh.sort()
+        work.to_verify.extend(h for h in fresh if h not in work.to_verify)
+
+    def _flag_conflict(self, work: _Work, out: list[Message | Output]) -> None:
+        """Raise the content's one ``fact_conflict`` flag, against the better-ranked text it would have joined.
+
+        Of the texts above the threshold that state other facts and outrank this one, that is the one ``decide``
+        would have picked (highest Jaccard, then best rank). While its own discovery is still running, the best so
+        far is kept and the flag waits for the rest.
+        """
+        record, policy = work.record, self._policy
+        found = list(work.conflicts)
+        if record.conflict is not None:
+            found.append(record.conflict)
+        if not found:
+            return
+        best = min(found, key=lambda c: (-c.jaccard, policy.sort_key(c.rank)))
+        if record.pending_bands or record.pending_verify:
+            record.conflict = best
+            return
+        record.conflicted, record.conflict = True, None
+        # Described from the lower content hash's side, so both sides of a pair would describe it alike.
+        mine = self._facts(record.norm)
+        low, high = (mine, best.facts) if work.key < best.content_hash else (best.facts, mine)
+        out.append(
+            Output(
+                "review",
+                review_key(work.key, best.content_hash),
+                review_value(
+                    "fact_conflict",
+                    {"content_hash": work.key, "text": record.text},
+                    {"content_hash": best.content_hash, "text": best.text},
+                    best.jaccard,
+                    describe_fact_difference(list(low), list(high)),
+                ),
+            )
+        )
 
     def _source_swap(self, work: _Work, before: tuple[str, int] | None, after: TopRef) -> Output:
         """Audit a new canonical source position among the exact copies of a chunk."""
