@@ -4,9 +4,13 @@
     python -m benchmarks.engine --scale 300000
 
 1. The docs of five Django releases (3.2 to 5.2, from their PyPI sdists) as text upserts, run through the
-   embedded runner with RocksDB state (batches of 256 events). The baseline is the throughput of signatures alone
-   (the compiled kernel) on the same normalized chunks.
-2. Growth: documents of ten chunks made from the real chunks with seeded edits, until the state holds the
+   embedded runner with RocksDB state (batches of 256 events). The baselines, on the same normalized chunks:
+   datasketch's ``MinHash.bulk`` computing their signatures alone (what a user's own datasketch loop costs
+   before any LSH query), and the engine's compiled signature kernel alone.
+2. As a user runs it: a pre-chunked JSONL feed of about 10,000 positions (documents of ten Django chunks),
+   ``streamdedup run`` from launch to exit, against a script that reads the same file and calls ``MinHash.bulk``
+   (its launch included too).
+3. Growth: documents of ten chunks made from the real chunks with seeded edits, until the state holds the
    requested number of chunk positions: 30% exact copies of an earlier generated chunk, 10% near copies (one word
    changed) of an earlier one (drawn from a reservoir of 50,000), 60% new text (the first half of one real
    chunk and the second half of another, one word changed). Throughput and resident memory are recorded for
@@ -17,14 +21,18 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import random
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import django_chunks, django_files, rss_bytes, save, time_stages
+from benchmarks.signatures import _bulk
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
@@ -66,8 +74,13 @@ def _django_run(workdir: Path) -> dict[str, Any]:
     for i in range(0, len(chunks), 4096):
         engine.scheme.signatures(chunks[i : i + 4096])
     signature_rate = len(chunks) / (time.perf_counter() - sig_start)
+    bulk_start = time.perf_counter()
+    for i in range(0, len(chunks), 4096):
+        _bulk(chunks[i : i + 4096])
+    bulk_rate = len(chunks) / (time.perf_counter() - bulk_start)
     rate = counters.positions / seconds
     print(f"Django: {len(files)} files, {counters.positions:,} chunks in {seconds:.1f}s = {rate:,.0f} chunks/s; "
+          f"datasketch bulk {bulk_rate:,.0f} chunks/s ({rate / bulk_rate:.2f}); "
           f"signatures alone {signature_rate:,.0f} chunks/s")  # fmt: skip
     return {
         "files": len(files),
@@ -79,7 +92,58 @@ def _django_run(workdir: Path) -> dict[str, Any]:
         "chunks_per_second": rate,
         "signature_chunks_per_second": signature_rate,
         "ratio_to_signatures": rate / signature_rate,
+        "datasketch_bulk_chunks_per_second": bulk_rate,
+        "ratio_to_datasketch_bulk": rate / bulk_rate,
         "disk_bytes": disk,
+    }
+
+
+_BULK_SCRIPT = """
+import json, sys
+from datasketch import MinHash
+from streamdedup.core.normalize import normalize
+from streamdedup.core.shingles import shingles
+texts = [normalize(c) for line in open(sys.argv[1]) for c in json.loads(line)["chunks"]]
+MinHash.bulk([[s.encode("utf-8") for s in shingles(t, 5)] for t in texts], num_perm=128, seed=1)
+print(len(texts))
+"""
+
+
+def _cli_run(workdir: Path, positions: int = 10_000) -> dict[str, Any]:
+    """``streamdedup run`` on a pre-chunked feed against a datasketch script on the same file, both launched."""
+    chunks = django_chunks()[:positions]
+    feed = workdir / "prechunked.jsonl"
+    with feed.open("w") as out:
+        for number, start in enumerate(range(0, len(chunks), 10)):
+            event = {
+                "schema": "streamdedup.document/v1", "op": "upsert", "source_id": f"doc-{number:05d}",
+                "version": 1, "modified_at": "2024-05-01T00:00:00Z", "acl": ["*"],
+                "chunks": chunks[start : start + 10],
+            }  # fmt: skip
+            out.write(json.dumps(event) + "\n")
+    script = workdir / "bulk.py"
+    script.write_text(_BULK_SCRIPT)
+    subprocess.run([sys.executable, str(script), str(feed)], check=True, capture_output=True)  # warm caches
+    runs: dict[str, list[float]] = {"streamdedup run": [], "datasketch bulk script": []}
+    for attempt in range(3):
+        state = workdir / f"cli-state-{attempt}"
+        commands = {
+            "streamdedup run": [sys.executable, "-m", "streamdedup", "run", str(feed), "--state", str(state),
+                                "--out", str(workdir / f"cli-out-{attempt}.jsonl")],
+            "datasketch bulk script": [sys.executable, str(script), str(feed)],
+        }  # fmt: skip
+        for name, command in commands.items():
+            began = time.perf_counter()
+            subprocess.run(command, check=True, capture_output=True)
+            runs[name].append(time.perf_counter() - began)
+    ours, theirs = min(runs["streamdedup run"]), min(runs["datasketch bulk script"])
+    print(f"pre-chunked feed of {len(chunks):,} positions, from launch: streamdedup run {ours:.2f}s, "
+          f"datasketch bulk script {theirs:.2f}s ({theirs / ours:.2f})")  # fmt: skip
+    return {
+        "positions": len(chunks),
+        "streamdedup_run_seconds": ours,
+        "datasketch_script_seconds": theirs,
+        "ratio_to_datasketch_bulk": theirs / ours,
     }
 
 
@@ -163,10 +227,11 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="streamdedup-bench-"))
     try:
         django = _django_run(workdir)
+        cli = _cli_run(workdir)
         growth = _growth(workdir, args.scale)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    save("engine", {"django": django, "growth": growth})
+    save("engine", {"django": django, "cli": cli, "growth": growth})
 
 
 if __name__ == "__main__":

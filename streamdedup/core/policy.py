@@ -39,6 +39,10 @@ class CanonicalPolicy:
         self._getters = [_GETTERS[c] for c in self.criteria]
         # Sort keys of a source position (the length is the same for every position of a content).
         self._ref_getters = [_REF_GETTERS[c] for c in self.criteria if c != "length"]
+        if self.criteria == _DEFAULT:
+            # The default order, spelled out: these keys are computed for every copy of every text.
+            self.sort_key = _default_sort_key  # type: ignore[method-assign]
+            self.ref_order = _default_ref_order  # type: ignore[method-assign]
 
     def sort_key(self, rank: Rank) -> tuple[Any, ...]:
         """Return a key under which the better rank sorts first."""
@@ -74,6 +78,17 @@ class CanonicalPolicy:
         """Return the rank of a content whose best source position is ``best``."""
         source_id, _, attrs = best
         return Rank(attrs.authority, attrs.modified_at, length, source_id, content_hash)
+
+
+_DEFAULT = ("authority", "modified_at", "length", "source_id")
+
+
+def _default_sort_key(rank: Rank) -> tuple[Any, ...]:
+    return (-rank.authority, -rank.modified_at, -rank.length, rank.source_id, rank.content_hash)
+
+
+def _default_ref_order(source_id: str, position: int, attrs: SourceAttrs) -> tuple[Any, ...]:
+    return (-attrs.authority, -attrs.modified_at, source_id, position, source_id)
 
 
 _GETTERS: dict[str, Any] = {

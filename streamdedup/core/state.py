@@ -8,7 +8,7 @@ handler touched decoded until the driver commits, so a batch decodes and encodes
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
 
@@ -256,15 +256,22 @@ R = TypeVar(
 
 
 class Table(Generic[R]):
-    """Typed, batch-cached access to one stage's records over a :class:`PartitionState`."""
+    """Typed, batch-cached access to one stage's records over a :class:`PartitionState`.
+
+    Where the state offers a ``record_cache`` (a driver's transaction does), decoded records outlive the handler
+    call: the later calls of one transaction find them decoded. Every change to a record must then be marked
+    (:meth:`mark`, :meth:`put`, :meth:`delete`), as it must anyway to be written.
+    """
 
     def __init__(self, state: PartitionState, record_type: type[R]) -> None:
-        self._state = state
+        self._state: PartitionState = state
         self._type: type[R] = record_type
-        self._decoder: msgspec.msgpack.Decoder[R] = msgspec.msgpack.Decoder(record_type)
-        self._encoder = msgspec.msgpack.Encoder()
-        self._cache: dict[str, R | None] = {}
+        self._decoder: msgspec.msgpack.Decoder[R] = _decoder(record_type)
+        self._encoder = _ENCODER
+        shared = getattr(state, "record_cache", None)
+        self._cache: dict[str, R | None] = {} if shared is None else shared(record_type)
         self._dirty: set[str] = set()
+        self._created: set[str] = set()  # new records not (yet) marked: absent again after the call
 
     def prefetch(self, keys: list[str]) -> None:
         """Decode the records of ``keys`` ahead of use, with one bulk read where the state supports it."""
@@ -289,6 +296,7 @@ class Table(Generic[R]):
         if record is None:
             record = self._type()
             self._cache[key] = record
+            self._created.add(key)
         return record
 
     def put(self, key: str, record: R) -> None:
@@ -317,4 +325,18 @@ class Table(Generic[R]):
                 self._state.delete(key)
             else:
                 self._state.put(key, self._encoder.encode(record))
+        for key in self._created - self._dirty:
+            self._cache.pop(key, None)
         self._dirty.clear()
+        self._created.clear()
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODERS: dict[type, msgspec.msgpack.Decoder[Any]] = {}
+
+
+def _decoder(record_type: type[R]) -> msgspec.msgpack.Decoder[R]:
+    found = _DECODERS.get(record_type)
+    if found is None:
+        found = _DECODERS[record_type] = msgspec.msgpack.Decoder(record_type)
+    return found

@@ -50,22 +50,35 @@ class RunCounters:
         """Chunk positions that need no embedding of their own: every live position past one per chunk."""
         return self.positions - self.chunks
 
-    def observe(self, output: Output, txn: Transaction) -> None:
-        """Update the totals with one output record, replacing the previous contribution of its key."""
+    def observe_all(self, outputs: Sequence[Output], txn: Transaction) -> None:
+        """Update the totals with a batch's outputs, reading what their keys contributed before in one call."""
+        keys = list(dict.fromkeys(_counts_key(o) for o in outputs if o.topic in _COUNTED))
+        known = dict(zip(keys, txn.read_many(VIEW_FAMILY, 0, keys), strict=True))
+        for output in outputs:
+            self.observe(output, txn, known)
+
+    def observe(self, output: Output, txn: Transaction, known: dict[str, bytes | None] | None = None) -> None:
+        """Update the totals with one output record, replacing the previous contribution of its key.
+
+        ``known`` holds stored contributions already read (and is kept up to date).
+        """
+        known = {} if known is None else known
         if output.topic == "source-mappings":
-            old = _read_counts(txn, f"m:{output.key}")
+            key = _counts_key(output)
+            old = _read_counts(txn, key, known)
             new = (0, 0, 0)
             if output.value is not None:
                 relations = [c["relation"] for c in output.value["chunks"]]
                 new = (len(relations), relations.count("exact"), relations.count("near"))
-            _write_counts(txn, f"m:{output.key}", new)
+            _write_counts(txn, key, new, known)
             self.positions += new[0] - old[0]
             self.exact += new[1] - old[1]
             self.near += new[2] - old[2]
         elif output.topic == "canonical-chunks":
-            old_present = _read_counts(txn, f"c:{output.key}")[0]
+            key = _counts_key(output)
+            old_present = _read_counts(txn, key, known)[0]
             present = int(output.value is not None)
-            _write_counts(txn, f"c:{output.key}", (present, 0, 0))
+            _write_counts(txn, key, (present, 0, 0), known)
             self.chunks += present - old_present
         elif output.topic == "review" and output.value is not None:
             reason = output.value["reason"]
@@ -83,17 +96,26 @@ class RunCounters:
         return cls() if raw is None else cls(**json.loads(raw))
 
 
-def _read_counts(txn: Transaction, key: str) -> tuple[int, int, int]:
-    raw = txn.read(VIEW_FAMILY, 0, key)
+_COUNTED = ("source-mappings", "canonical-chunks")
+
+
+def _counts_key(output: Output) -> str:
+    return f"{'m' if output.topic == 'source-mappings' else 'c'}:{output.key}"
+
+
+def _read_counts(txn: Transaction, key: str, known: dict[str, bytes | None]) -> tuple[int, int, int]:
+    raw = known[key] if key in known else txn.read(VIEW_FAMILY, 0, key)
     if raw is None:
         return (0, 0, 0)
     a, b, c = (int(x) for x in raw.split(b","))
     return (a, b, c)
 
 
-def _write_counts(txn: Transaction, key: str, counts: tuple[int, int, int]) -> None:
-    address = (VIEW_FAMILY, 0, key)
-    txn.changes[address] = None if counts == (0, 0, 0) else ",".join(map(str, counts)).encode()
+def _write_counts(
+    txn: Transaction, key: str, counts: tuple[int, int, int], known: dict[str, bytes | None]
+) -> None:
+    value = None if counts == (0, 0, 0) else ",".join(map(str, counts)).encode()
+    txn.changes[(VIEW_FAMILY, 0, key)] = known[key] = value
 
 
 class Origin(NamedTuple):
@@ -142,8 +164,7 @@ class EmbeddedRunner:
             outputs.extend(produced)
         self.counters.events += applied
         self.last_applied = applied
-        for output in outputs:
-            self.counters.observe(output, txn)
+        self.counters.observe_all(outputs, txn)
         sink(outputs)
         txn.meta[_COUNTERS_KEY] = self.counters.to_json()
         txn.meta.update(meta or {})

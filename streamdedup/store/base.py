@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from streamdedup.core.messages import STAGES
 from streamdedup.core.params import EngineParams, describe_mismatch
@@ -82,6 +82,9 @@ class _PartitionView:
     def scan(self, prefix: str) -> list[tuple[str, bytes]]:
         return self._txn.scan(self._stage, self._partition, prefix)
 
+    def record_cache(self, record_type: type) -> dict[str, Any]:
+        return self._txn.records.setdefault((self._stage, self._partition, record_type), {})
+
     def put(self, key: str, value: bytes) -> None:
         self._txn.changes[(self._stage, self._partition, key)] = value
 
@@ -96,6 +99,9 @@ class Transaction:
         self._store = store
         self.changes: dict[tuple[str, int, str], bytes | None] = {}
         self.meta: dict[str, bytes] = {}
+        # Records decoded by the handler calls of this transaction, by (stage, partition, record type): every
+        # call after the first finds them decoded (see :class:`~streamdedup.core.state.Table`).
+        self.records: dict[tuple[str, int, type], dict[str, Any]] = {}
 
     def read(self, stage: str, partition: int, key: str) -> bytes | None:
         """Return the value of ``key`` as this transaction sees it."""
@@ -152,7 +158,7 @@ class Transaction:
         """Write the changes and metadata atomically and start afresh."""
         if self.changes or self.meta:
             self._store.commit(self.changes, self.meta)
-        self.changes, self.meta = {}, {}
+        self.changes, self.meta, self.records = {}, {}, {}
 
 
 class _TransactionStore:
@@ -179,6 +185,7 @@ class _TransactionStore:
     def commit(self, changes: Change, meta: Mapping[str, bytes]) -> None:
         self._txn.changes.update(changes)
         self._txn.meta.update(meta)
+        self._txn.records.clear()  # its decoded records may predate these changes
 
     def close(self) -> None:
         pass

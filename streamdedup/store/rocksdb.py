@@ -53,8 +53,12 @@ def _options(cache: rocksdict.Cache | None = None, write_buffer: int | None = No
     return options
 
 
+_PREFIXES = tuple(p.to_bytes(2, "big") for p in range(256))
+
+
 def _address(partition: int, key: str) -> bytes:
-    return partition.to_bytes(2, "big") + key.encode("utf-8")
+    prefix = _PREFIXES[partition] if partition < 256 else partition.to_bytes(2, "big")
+    return prefix + key.encode("utf-8")
 
 
 class RocksDBStore:

@@ -54,6 +54,11 @@ class CollectionStage:
         collections = Table(state, CollectionRecord)
         lines = Table(state, LineRecord)
         members = Table(state, CollectionMember)
+        updates = [m for m in messages if isinstance(m, LineUpdate)]
+        members.prefetch([f"m\x00{m.collection}\x00{m.source_id}" for m in updates])
+        keys = {line_key(m.collection, hashed): None for m in updates for hashed, _ in m.added}
+        keys.update((line_key(m.collection, hashed), None) for m in updates for hashed in m.removed)
+        lines.prefetch(list(keys))
         touched: dict[str, set[str]] = {}
         for message in messages:
             if not isinstance(message, LineUpdate):  # pragma: no cover - routing guarantees the type
