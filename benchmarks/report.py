@@ -517,8 +517,9 @@ def _rebuild_records(kafka: dict[str, Any]) -> list[str]:
 
 
 _FAMILY_ROLES = {
-    "source": "per document: every position's original and normalized text and its mapping",
-    "content": "per distinct text: texts, signature, the sources holding it, neighbours, cluster",
+    "source": "per document: its content hashes, what each content answered, its last mapping",
+    "content": "per distinct text: its texts once, signature, counts, first sources, neighbours, cluster; "
+    "one ref record per (text, source) holding it",
     "band": "per LSH bucket: the contents in it",
     "collection": "per collection: documents per normalized line (boilerplate)",
     "view": "per output key: the last digest sent",
@@ -545,6 +546,14 @@ def _state_families(embedded: dict[str, Any]) -> list[str]:
         ),
         "",
         f"The {largest} family is the largest ({families[largest]['bytes'] / total:.0%} of the bytes).",
+        *(
+            [
+                f"Of the content family, {families['content']['ref_records']:,} ref records take "
+                f"{families['content']['ref_bytes'] / 2**20:,.1f} MiB."
+            ]
+            if "ref_records" in families.get("content", {})
+            else []
+        ),
         "",
     ]
 

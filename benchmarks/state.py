@@ -47,7 +47,7 @@ from streamdedup.codec import encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
-from streamdedup.core.state import ContentRecord, SourceRecord
+from streamdedup.core.state import ContentRecord, RefEntry, ref_prefix
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.kafka.admin import ensure_topics
 from streamdedup.drivers.kafka.topics import TopicNames
@@ -66,6 +66,9 @@ def _events(versions: tuple[str, ...] | None = None) -> list[UpsertEvent]:
     ]  # fmt: skip
 
 
+REF_PREFIX = ref_prefix("")[:2]  # the content family's per-source ref records
+
+
 def _disk(workdir: Path) -> dict[str, Any]:
     engine = Engine(EngineParams())
     store = RocksDBStore(workdir / "state")
@@ -76,23 +79,29 @@ def _disk(workdir: Path) -> dict[str, Any]:
     unique = 0
     text_bytes = 0
     for partition, key in store.keys("content"):
-        record = msgspec.msgpack.decode(store.get("content", partition, key) or b"", type=ContentRecord)
+        raw = store.get("content", partition, key) or b""
+        if key.startswith(REF_PREFIX):
+            entry = msgspec.msgpack.decode(raw, type=RefEntry)
+            text_bytes += sum(len(t.encode()) for t in entry.texts)
+            continue
+        record = msgspec.msgpack.decode(raw, type=ContentRecord)
         if record.alive:
             unique += 1
-            text_bytes += len(record.text.encode()) + len(record.norm.encode())
-            text_bytes += sum(len(t.encode()) for ref in record.refs.values() for t in ref.texts)
-    for partition, key in store.keys("source"):
-        if key.startswith("\x00"):
-            continue
-        record = msgspec.msgpack.decode(store.get("source", partition, key) or b"", type=SourceRecord)
-        text_bytes += sum(len(t.encode()) for t in record.texts) + sum(len(n.encode()) for n in record.norms)
+        text_bytes += len(record.text.encode()) + len(record.norm.encode())
+        text_bytes += sum(len(t.text.encode()) for t in record.top)
     families = {}
     for family in ("source", "content", "band", "collection", "view"):
         records = logical = 0
+        refs = ref_bytes = 0
         for partition, key in store.keys(family):
+            size = len(key.encode()) + len(store.get(family, partition, key) or b"")
             records += 1
-            logical += len(key.encode()) + len(store.get(family, partition, key) or b"")
+            logical += size
+            if family == "content" and key.startswith(REF_PREFIX):
+                refs, ref_bytes = refs + 1, ref_bytes + size
         families[family] = {"records": records, "bytes": logical}
+        if family == "content":
+            families[family].update({"ref_records": refs, "ref_bytes": ref_bytes})
     # Flush and compact every family (metadata included, so no write-ahead log is left): the size is the state's,
     # not a matter of timing.
     store._db.compact_range(None, None)

@@ -12,7 +12,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
 
-from streamdedup.core.messages import ContentStatus, Info, MemberReport
+from streamdedup.core.messages import Info, MemberReport
 from streamdedup.core.model import EVERYONE, Rank, SourceAttrs
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "PartitionState",
     "RefEntry",
     "SourceRecord",
+    "StatusEntry",
     "Table",
     "TopRef",
     "ref_key",
@@ -74,6 +75,17 @@ class MappingEntry(msgspec.Struct, frozen=True, array_like=True):
     jaccard: float
 
 
+class StatusEntry(msgspec.Struct, frozen=True, array_like=True):
+    """What one content last told a source (a :class:`~streamdedup.core.messages.ContentStatus`, kept small)."""
+
+    seq: int
+    version: int
+    chunk_id: str  # empty while the content is undecided or gone; the content's own hash is kept as "="
+    relation: Literal["canonical", "near"]
+    jaccard: float
+    canonical_position: int  # the canonical position if it is in this source, else -1
+
+
 class SourceRecord(msgspec.Struct, kw_only=True):
     """State of the ``source`` stage for one source_id."""
 
@@ -86,7 +98,7 @@ class SourceRecord(msgspec.Struct, kw_only=True):
     )  # content hash at each position (texts: content stage)
     lines: list[str] = msgspec.field(default_factory=list)  # line hashes counted in lines_collection
     lines_collection: str = ""
-    statuses: dict[str, ContentStatus] = msgspec.field(default_factory=dict)
+    statuses: dict[str, StatusEntry] = msgspec.field(default_factory=dict)
     mapping: list[MappingEntry] | None = None  # the last emitted mapping
     mapped_version: int = -1  # the version the last emitted mapping was for
 

@@ -23,6 +23,7 @@ from streamdedup.codec import dead_letter, encode_for_dead_letter
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output, route
 from streamdedup.core.model import InputEvent
+from streamdedup.drivers.collector import collector_paused
 from streamdedup.errors import StateError
 from streamdedup.store.base import VIEW_FAMILY, Store, Transaction, check_params
 
@@ -150,6 +151,17 @@ class EmbeddedRunner:
         ``meta`` is committed with the state (a feed's position, for instance). ``origins``, one per event, is what
         a dead letter of an event that fails in a handler names; without it, the event's position in the batch.
         """
+        with collector_paused():
+            return self._process(events, sink, dead_letters, meta, origins)
+
+    def _process(
+        self,
+        events: Sequence[InputEvent],
+        sink: Callable[[list[Output]], None],
+        dead_letters: Iterable[Output],
+        meta: dict[str, bytes] | None,
+        origins: Sequence[Origin] | None,
+    ) -> list[Output]:
         txn = Transaction(self.store)
         outputs = list(dead_letters)
         try:

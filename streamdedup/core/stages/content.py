@@ -105,13 +105,12 @@ class ContentStage:
         table = Table(state, ContentRecord)
         table.prefetch(list(dict.fromkeys(m.content_hash for m in messages)))  # type: ignore[union-attr]
         refs = Table(state, RefEntry)
-        refs.prefetch(
-            list(
-                dict.fromkeys(
-                    ref_key(m.content_hash, m.source_id) for m in messages if isinstance(m, RefUpdate)
-                )
-            )
-        )
+        # The refs that change, and those of the canonical positions they may move from (a swap reads them).
+        wanted = {ref_key(m.content_hash, m.source_id): None for m in messages if isinstance(m, RefUpdate)}
+        for m in messages:
+            if isinstance(m, RefUpdate) and (found := table.cached(m.content_hash)) and found.canonical_ref:
+                wanted[ref_key(m.content_hash, found.canonical_ref[0])] = None
+        refs.prefetch(list(wanted))
         out: list[Message | Output] = []
         works: dict[str, _Work] = {}
         for message in messages:

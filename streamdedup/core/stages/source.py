@@ -22,7 +22,14 @@ from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.records import audit_value, mapping_value
 from streamdedup.core.stages.collection import line_hash
-from streamdedup.core.state import BoilerplateSnapshot, MappingEntry, PartitionState, SourceRecord, Table
+from streamdedup.core.state import (
+    BoilerplateSnapshot,
+    MappingEntry,
+    PartitionState,
+    SourceRecord,
+    StatusEntry,
+    Table,
+)
 
 if TYPE_CHECKING:
     from streamdedup.core.engine import Engine
@@ -200,7 +207,15 @@ class SourceStage:
         known = record.statuses.get(status.content_hash)
         if known is not None and (known.seq, known.version) >= (status.seq, status.version):
             return
-        record.statuses[status.content_hash] = status
+        ref = status.canonical_ref
+        record.statuses[status.content_hash] = StatusEntry(
+            status.seq,
+            status.version,
+            "=" if status.chunk_id == status.content_hash else status.chunk_id,
+            status.relation,
+            status.jaccard,
+            ref[1] if ref is not None and ref[0] == status.source_id else -1,
+        )
         table.mark(status.source_id)
 
     def _emit_mapping(self, table: Table[SourceRecord], source_id: str, out: list[Message | Output]) -> None:
@@ -212,12 +227,13 @@ class SourceStage:
             status = record.statuses.get(content_hash)
             if status is None or status.version != record.version or not status.chunk_id:
                 return  # some content has not answered for this version yet
+            chunk_id = content_hash if status.chunk_id == "=" else status.chunk_id
             if status.relation == "near":
-                entries.append(MappingEntry(position, content_hash, status.chunk_id, "near", status.jaccard))
-            elif status.canonical_ref == (source_id, position):
-                entries.append(MappingEntry(position, content_hash, status.chunk_id, "canonical", 1.0))
+                entries.append(MappingEntry(position, content_hash, chunk_id, "near", status.jaccard))
+            elif status.canonical_position == position:
+                entries.append(MappingEntry(position, content_hash, chunk_id, "canonical", 1.0))
             else:
-                entries.append(MappingEntry(position, content_hash, status.chunk_id, "exact", 1.0))
+                entries.append(MappingEntry(position, content_hash, chunk_id, "exact", 1.0))
         if entries == record.mapping and record.mapped_version == record.version:
             return
         previous = {e.position: e for e in record.mapping or ()}

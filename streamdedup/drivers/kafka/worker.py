@@ -47,6 +47,7 @@ from streamdedup.core.messages import STAGES, Message, Output
 from streamdedup.core.model import InputEvent
 from streamdedup.core.partitioning import partition_for
 from streamdedup.core.view import OUTPUT_TOPICS
+from streamdedup.drivers.collector import collector_paused
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.drivers.kafka.changelog import headers as call_headers
 from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
@@ -350,7 +351,8 @@ class StageWorker(mode.Service):
         if not messages:
             return
         try:
-            produced = self.engine.handle(stage, messages, txn.partition(stage, partition))
+            with collector_paused():
+                produced = self.engine.handle(stage, messages, txn.partition(stage, partition))
         except StateError:
             raise  # the store failed, not the input
         except Exception as exc:

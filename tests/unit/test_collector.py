@@ -1,0 +1,42 @@
+"""The garbage collector is paused while a batch runs, and resumes as it was."""
+
+import gc
+
+import pytest
+
+from streamdedup.core.engine import Engine
+from streamdedup.core.params import EngineParams
+from streamdedup.drivers.collector import collector_paused
+from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.store.memory import MemoryStore
+from tests.helpers import upsert
+
+
+def test_the_collector_resumes_after_the_block_even_when_it_raises():
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collector_paused():
+        assert not gc.isenabled()
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            pass
+        assert not gc.isenabled()  # it was off before: it stays off
+    finally:
+        gc.enable()
+
+
+def test_an_embedded_batch_runs_its_handlers_with_the_collector_paused(monkeypatch):
+    engine = Engine(EngineParams())
+    seen = []
+    handle = engine.handle
+
+    def observed(stage, messages, state):
+        seen.append(gc.isenabled())
+        return handle(stage, messages, state)
+
+    monkeypatch.setattr(engine, "handle", observed)
+    EmbeddedRunner(engine, MemoryStore()).process([upsert("s", 1, ["a text of a few words"])], lambda _: None)
+    assert seen and not any(seen)
+    assert gc.isenabled()
