@@ -102,6 +102,11 @@ class BandStage:
                 entry = member + epoch.to_bytes(4, "big")
                 for band_key in message.band_keys:
                     raw = buckets[band_key]
+                    if not raw:  # the common case: a bucket nobody else is in
+                        buckets[band_key] = entry
+                        changed.add(band_key)
+                        answered.append(band_key)
+                        continue
                     offset, present = _find(raw, member)
                     if not present:
                         raw = raw[:offset] + entry + raw[offset:]

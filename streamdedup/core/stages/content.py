@@ -62,7 +62,7 @@ __all__ = ["ContentStage"]
 _json = msgspec.json.Encoder(order="deterministic")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Work:
     """What one batch did to one content, settled once after all its messages are applied."""
 
