@@ -21,6 +21,7 @@ from streamdedup.core.params import EngineParams
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.signatures import SignatureScheme
 from streamdedup.core.stages import BandStage, CollectionStage, ContentStage, SourceStage
+from streamdedup.core.stages.context import StageContext
 from streamdedup.core.state import PartitionState
 
 __all__ = ["Engine", "InjectedFault", "StageHandler"]
@@ -50,13 +51,14 @@ class Engine:
     def __init__(self, params: EngineParams, *, fault_source_id: str | None = None) -> None:
         self.params = params
         self.fault_source_id = fault_source_id
-        self.policy = CanonicalPolicy(params.canonical_policy)
-        self.scheme = SignatureScheme(params.num_perm, params.seed, params.shingle_size)
+        self.context = StageContext.of(params)
+        self.policy: CanonicalPolicy = self.context.policy
+        self.scheme: SignatureScheme = self.context.scheme
         self.stages: dict[str, StageHandler] = {
-            "source": SourceStage(self),
-            "content": ContentStage(self),
-            "band": BandStage(self),
-            "collection": CollectionStage(self),
+            "source": SourceStage(self.context),
+            "content": ContentStage(self.context),
+            "band": BandStage(self.context),
+            "collection": CollectionStage(self.context),
         }
 
     def handle(

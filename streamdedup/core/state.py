@@ -18,6 +18,7 @@ from streamdedup.core.model import EVERYONE, Rank, SourceAttrs
 __all__ = [
     "BoilerplateSnapshot",
     "BulkPartitionState",
+    "ChunkStatus",
     "CollectionMember",
     "CollectionRecord",
     "Conflict",
@@ -161,6 +162,15 @@ class Conflict(msgspec.Struct, frozen=True, array_like=True):
     facts: tuple[str, ...]  # its fact tokens
 
 
+class ChunkStatus(msgspec.Struct, frozen=True, array_like=True):
+    """What a content last told its sources: its chunk, how it relates to it, and the canonical position."""
+
+    chunk_id: str
+    relation: Literal["canonical", "near"]
+    jaccard: float
+    canonical_ref: tuple[str, int] | None
+
+
 class TopRef(msgspec.Struct, frozen=True, array_like=True):
     """A live source position among a content's first ones in the canonical policy's order."""
 
@@ -213,7 +223,7 @@ class ContentRecord(msgspec.Struct, kw_only=True):
     members: dict[str, MemberReport] = msgspec.field(default_factory=dict)
     sent_info: Info | None = None
     sent_report: MemberReport | None = None
-    sent_status: tuple[str, str, float, tuple[str, int] | None] | None = None
+    sent_status: ChunkStatus | None = None
     record_digest: str = ""
     revision: int = 0
     flagged: list[str] = msgspec.field(default_factory=list)

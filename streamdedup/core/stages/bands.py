@@ -20,7 +20,7 @@ from streamdedup.core.messages import BandAck, BandJoin, BandLeave, Message, Out
 from streamdedup.core.state import PartitionState
 
 if TYPE_CHECKING:
-    from streamdedup.core.engine import Engine
+    from streamdedup.core.stages.context import StageContext
 
 __all__ = ["BandStage", "decode_bucket", "encode_bucket"]
 
@@ -80,8 +80,8 @@ class BandStage:
 
     name = "band"
 
-    def __init__(self, engine: Engine) -> None:
-        self._limit = engine.params.max_candidates
+    def __init__(self, context: StageContext) -> None:
+        self._limit = context.params.max_candidates
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of joins and leaves for one partition; answer every join."""

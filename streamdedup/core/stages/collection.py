@@ -20,7 +20,7 @@ from streamdedup.core.normalize import normalize
 from streamdedup.core.state import CollectionMember, CollectionRecord, LineRecord, PartitionState, Table
 
 if TYPE_CHECKING:
-    from streamdedup.core.engine import Engine
+    from streamdedup.core.stages.context import StageContext
 
 __all__ = ["CollectionStage", "collection_key", "line_hash", "line_key"]
 
@@ -45,9 +45,9 @@ class CollectionStage:
 
     name = "collection"
 
-    def __init__(self, engine: Engine) -> None:
-        self._params = engine.params
-        self._allow = {normalize(line) for line in engine.params.boilerplate_allow}
+    def __init__(self, context: StageContext) -> None:
+        self._params = context.params
+        self._allow = {normalize(line) for line in context.params.boilerplate_allow}
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of line updates for one partition; announce changed boilerplate lists."""

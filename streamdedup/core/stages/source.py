@@ -32,7 +32,7 @@ from streamdedup.core.state import (
 )
 
 if TYPE_CHECKING:
-    from streamdedup.core.engine import Engine
+    from streamdedup.core.stages.context import StageContext
 
 __all__ = ["SourceStage", "document_chunks", "document_lines"]
 
@@ -68,8 +68,8 @@ class SourceStage:
 
     name = "source"
 
-    def __init__(self, engine: Engine) -> None:
-        self._params = engine.params
+    def __init__(self, context: StageContext) -> None:
+        self._params = context.params
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of input events, content statuses and boilerplate lists for one partition."""

@@ -1,0 +1,241 @@
+"""The content stage's discovery of near copies, from a new text's LSH bands to its verified neighbours.
+
+1. A text long enough for near matching joins its bands (:meth:`Discovery.start`); the band stage answers with
+   the contents found in them and how many of its bands each shares (:meth:`Discovery.on_band_answer`).
+2. When every band has answered, the text asks at most ``max_candidates`` of them, those sharing the most bands,
+   to verify the pair (:meth:`Discovery.choose_candidates`).
+3. The receiver computes the exact shingle Jaccard and applies the fact guard (:meth:`Discovery.on_verify_request`)
+   and answers; a pair above the threshold with the same facts becomes a *neighbour* on both sides
+   (:meth:`Discovery.on_verify_result`). Neighbours then keep each other informed of their state
+   (:meth:`Discovery.on_neighbor_update`).
+4. Of a pair above the threshold that states other facts, the worse-ranked side raises the one ``fact_conflict``
+   flag of its life, against the better-ranked text it would have joined (:meth:`Discovery.flag_conflict`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from streamdedup.core.facts import describe_fact_difference
+from streamdedup.core.messages import (
+    BandAck,
+    BandJoin,
+    BandLeave,
+    Info,
+    Message,
+    NeighborUpdate,
+    Output,
+    VerifyRequest,
+    VerifyResult,
+)
+from streamdedup.core.model import Rank
+from streamdedup.core.records import review_key, review_value
+from streamdedup.core.shingles import jaccard_of_sets
+from streamdedup.core.stages.content_work import Answer, Features, LateEdge, Work
+from streamdedup.core.stages.context import StageContext
+from streamdedup.core.state import Conflict, ContentRecord, NeighborEntry
+
+__all__ = ["Discovery"]
+
+_NO_RANK = Rank(0, 0, 0, "", "")
+
+
+class Discovery:
+    """Finds and verifies a content's near copies."""
+
+    def __init__(self, context: StageContext, features: Features) -> None:
+        self._params = context.params
+        self._policy = context.policy
+        self._scheme = context.scheme
+        self._features = features
+
+    def start(self, born: Sequence[Work], out: list[Message | Output]) -> None:
+        """Compute the signatures of texts that came alive in this batch and join their bands."""
+        scheme, params = self._scheme, self._params
+        signatures, distinct = scheme.signatures([w.record.norm for w in born])
+        for work, signature, count in zip(born, signatures, distinct, strict=True):
+            if count < params.min_shingles:
+                continue  # too short for near matching: exact copies only
+            record = work.record
+            record.signature = scheme.to_bytes(signature)
+            record.indexed = True
+            record.pending_bands = scheme.band_keys(signature, params.bands, params.rows)
+            out.append(BandJoin(work.key, record.epoch, tuple(record.pending_bands)))
+
+    def leave(self, key: str, record: ContentRecord) -> BandLeave:
+        """Return the message that takes a content out of the bands it joined."""
+        signature = self._scheme.from_bytes(record.signature)
+        band_keys = self._scheme.band_keys(signature, self._params.bands, self._params.rows)
+        return BandLeave(key, record.epoch, tuple(band_keys))
+
+    def on_band_answer(self, work: Work, message: BandAck) -> None:
+        """Count the candidates of the bands answered (shared bands estimate Jaccard) until every band answered."""
+        record = work.record
+        if message.epoch != record.epoch:
+            return
+        pending = record.pending_bands
+        answered = set(message.bands).intersection(pending)
+        if not answered:
+            return  # a duplicate answer
+        record.pending_bands = [band_key for band_key in pending if band_key not in answered]
+        candidates = record.candidates
+        for other, shared in message.candidates:
+            if other != work.key:
+                candidates[other] = candidates.get(other, 0) + shared
+
+    def choose_candidates(self, work: Work) -> None:
+        """Verify the candidates sharing the most bands (at most ``max_candidates``; ties by content hash)."""
+        record = work.record
+        counts, record.candidates = record.candidates, {}
+        known = set(record.checked) | set(record.neighbors)
+        fresh = [h for h in counts if h not in known]
+        limit = self._params.max_candidates
+        if len(fresh) > limit:
+            fresh.sort(key=lambda h: (-counts[h], h))
+            del fresh[limit:]
+        else:
+            fresh.sort()
+        work.to_verify.extend(h for h in fresh if h not in work.to_verify)
+
+    def on_verify_request(self, work: Work, message: VerifyRequest) -> None:
+        """Verify the pair with the sender: exact shingle Jaccard, length and the fact guard; answer at settle."""
+        record = work.record
+        if not record.alive:
+            work.answers.append(Answer(message.sender, message.epoch, 0.0, False))
+            return
+        mine, my_facts = self._features.of(record.norm)
+        theirs, their_facts = self._features.of(message.norm)
+        similarity = jaccard_of_sets(mine, theirs)
+        long_enough = min(len(mine), len(theirs)) >= self._params.min_shingles
+        above = long_enough and similarity >= self._params.threshold
+        conflict = None
+        if above and my_facts != their_facts:
+            conflict = Conflict(
+                message.sender, similarity, message.info.rank or _NO_RANK, message.text, their_facts
+            )
+        edge = above and conflict is None
+        if edge:
+            self.remember(work, message.sender, similarity, message.info)
+        work.answers.append(Answer(message.sender, message.epoch, similarity, edge, conflict))
+
+    def on_verify_result(self, work: Work, message: VerifyResult) -> None:
+        """Take a verification's answer: a neighbour if it is an edge, a conflict to flag if the flag is ours."""
+        record = work.record
+        if message.epoch == record.epoch and message.sender in record.pending_verify:
+            record.pending_verify.remove(message.sender)
+            if message.conflict is not None and message.info.rank is not None and record.alive:
+                # The receiver found the pair in conflict and left the flag to this side (the worse ranked).
+                work.conflicts.append(
+                    Conflict(
+                        message.sender, message.jaccard, message.info.rank, message.text, message.conflict
+                    )
+                )
+        if message.edge:
+            if record.alive:
+                self.remember(work, message.sender, message.jaccard, message.info)
+            else:
+                work.late_edges[message.sender] = LateEdge(message.jaccard, message.info)
+
+    def on_neighbor_update(self, work: Work, message: NeighborUpdate) -> None:
+        """Take a neighbour's new state (and its report, if this content is its canonical); stale ones are ignored."""
+        record = work.record
+        entry = record.neighbors.get(message.sender)
+        if entry is None:
+            if message.info.role != "dead":
+                work.strangers.add(message.sender)
+            return
+        if message.info.seq <= entry.info.seq:
+            return
+        if message.info.role == "dead":
+            del record.neighbors[message.sender]
+            record.members.pop(message.sender, None)
+            return
+        entry.info = message.info
+        if message.info.target == work.key and message.report is not None:
+            record.members[message.sender] = message.report
+        else:
+            record.members.pop(message.sender, None)
+
+    def remember(self, work: Work, other: str, similarity: float, info: Info) -> None:
+        """Hold ``other`` as a verified neighbour (or update its state)."""
+        record = work.record
+        entry = record.neighbors.get(other)
+        if entry is None:
+            record.neighbors[other] = NeighborEntry(jaccard=similarity, info=info)
+            work.new_neighbors.add(other)
+        elif info.seq > entry.info.seq:
+            entry.info = info
+
+    def answers(self, work: Work, rank: Rank) -> list[tuple[Answer, tuple[str, ...] | None]]:
+        """Return the answers owed, each with the fact tokens to send when the sender is to flag the pair.
+
+        Of a pair in conflict the worse-ranked side raises the flag: this content (the conflict joins its own),
+        or the sender, which is then sent this content's fact tokens and text.
+        """
+        owed: list[tuple[Answer, tuple[str, ...] | None]] = []
+        my_key = None
+        for answer in work.answers:
+            facts_for_them = None
+            if answer.conflict is not None:
+                my_key = my_key or self._policy.sort_key(rank)
+                if self._policy.sort_key(answer.conflict.rank) < my_key:
+                    work.conflicts.append(answer.conflict)
+                else:
+                    facts_for_them = self._features.facts(work.record.norm)
+            owed.append((answer, facts_for_them))
+        return owed
+
+    def flag_conflict(self, work: Work, out: list[Message | Output]) -> None:
+        """Raise the content's one ``fact_conflict`` flag, against the better-ranked text it would have joined.
+
+        Of the texts above the threshold that state other facts and outrank this one, that is the one ``decide``
+        would have picked (highest Jaccard, then best rank). While its own discovery is still running, the best so
+        far is kept and the flag waits for the rest.
+        """
+        record, policy = work.record, self._policy
+        if record.conflicted or (not work.conflicts and record.conflict is None):
+            return
+        found = list(work.conflicts)
+        if record.conflict is not None:
+            found.append(record.conflict)
+        best = min(found, key=lambda c: (-c.jaccard, policy.sort_key(c.rank)))
+        if record.pending_bands or record.pending_verify:
+            record.conflict = best
+            return
+        record.conflicted, record.conflict = True, None
+        # Described from the lower content hash's side, so both sides of a pair would describe it alike.
+        mine = self._features.facts(record.norm)
+        low, high = (mine, best.facts) if work.key < best.content_hash else (best.facts, mine)
+        out.append(
+            Output(
+                "review",
+                review_key(work.key, best.content_hash),
+                review_value(
+                    "fact_conflict",
+                    {"content_hash": work.key, "text": record.text},
+                    {"content_hash": best.content_hash, "text": best.text},
+                    best.jaccard,
+                    describe_fact_difference(list(low), list(high)),
+                ),
+            )
+        )
+
+    def ask_and_answer(
+        self,
+        work: Work,
+        info: Info,
+        owed: list[tuple[Answer, tuple[str, ...] | None]],
+        out: list[Message | Output],
+    ) -> None:
+        """Send this batch's verify requests and the answers owed, with the content's settled state."""
+        record, key = work.record, work.key
+        for other in work.to_verify:
+            out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
+        for other in sorted(work.strangers - set(record.neighbors) - set(work.to_verify)):
+            # It holds this content as a neighbour but this content lost track of it: verify the pair again.
+            out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
+        for answer, facts in owed:
+            text = "" if facts is None else record.text
+            out.append(
+                VerifyResult(answer.sender, key, answer.epoch, answer.jaccard, answer.edge, info, facts, text)
+            )

@@ -1,0 +1,29 @@
+"""What a stage handler is built from: the engine's parameters, its canonical policy and its signature scheme."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streamdedup.core.params import EngineParams
+from streamdedup.core.policy import CanonicalPolicy
+from streamdedup.core.signatures import SignatureScheme
+
+__all__ = ["StageContext"]
+
+
+@dataclass(frozen=True)
+class StageContext:
+    """The parts of the engine a stage reads; stages hold this, not the engine."""
+
+    params: EngineParams
+    policy: CanonicalPolicy
+    scheme: SignatureScheme
+
+    @classmethod
+    def of(cls, params: EngineParams) -> StageContext:
+        """Build the policy and the signature scheme that ``params`` name."""
+        return cls(
+            params,
+            CanonicalPolicy(params.canonical_policy),
+            SignatureScheme(params.num_perm, params.seed, params.shingle_size),
+        )
