@@ -87,7 +87,7 @@ def _disk(workdir: Path) -> dict[str, Any]:
         record = msgspec.msgpack.decode(raw, type=ContentRecord)
         if record.alive:
             unique += 1
-        text_bytes += len(record.text.encode()) + len(record.norm.encode())
+        text_bytes += len(record.text.encode()) + len(record.norm_stored.encode())
         text_bytes += sum(len(t.text.encode()) for t in record.top)
     families = {}
     for family in ("source", "content", "band", "collection", "view"):

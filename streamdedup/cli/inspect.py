@@ -15,6 +15,7 @@ from rich.table import Table
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import format_timestamp, union_readers
 from streamdedup.core.stages.collection import line_key
+from streamdedup.core.stages.source import current_mapping
 from streamdedup.core.state import CollectionRecord, ContentRecord, LineRecord, SourceRecord, source_texts
 from streamdedup.errors import StateError
 from streamdedup.settings import Settings
@@ -85,7 +86,7 @@ def describe_source(store: RocksDBStore, source_id: str) -> dict[str, Any]:
                 "jaccard": e.jaccard,
                 "text": texts[e.position][0],
             }
-            for e in record.mapping or []
+            for e in current_mapping(source_id, record) or []
         ],
     }
 

@@ -30,7 +30,7 @@ EVERYONE = "*"
 ContentType = Literal["text/plain", "text/markdown", "text/html"]
 
 
-class SourceAttrs(msgspec.Struct, frozen=True, kw_only=True):
+class SourceAttrs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What a source contributes to every chunk it contains: who reads it, when and by whom it was written."""
 
     acl: tuple[str, ...]

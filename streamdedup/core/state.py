@@ -14,6 +14,7 @@ import msgspec
 
 from streamdedup.core.messages import Info, MemberReport
 from streamdedup.core.model import EVERYONE, Rank, SourceAttrs
+from streamdedup.core.normalize import normalize
 
 __all__ = [
     "BoilerplateSnapshot",
@@ -87,7 +88,7 @@ class StatusEntry(msgspec.Struct, frozen=True, array_like=True):
     canonical_position: int  # the canonical position if it is in this source, else -1
 
 
-class SourceRecord(msgspec.Struct, kw_only=True):
+class SourceRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     """State of the ``source`` stage for one source_id."""
 
     version: int = -1
@@ -100,8 +101,8 @@ class SourceRecord(msgspec.Struct, kw_only=True):
     lines: list[str] = msgspec.field(default_factory=list)  # line hashes counted in lines_collection
     lines_collection: str = ""
     statuses: dict[str, StatusEntry] = msgspec.field(default_factory=dict)
-    mapping: list[MappingEntry] | None = None  # the last emitted mapping
-    mapped_version: int = -1  # the version the last emitted mapping was for
+    mapped: bytes = b""  # a fingerprint per position of the last mapping sent (what changes in the next)
+    mapped_version: int = -1  # the version the last mapping sent was for (-1: none was sent)
 
 
 class BoilerplateSnapshot(msgspec.Struct, kw_only=True):
@@ -133,7 +134,7 @@ class CollectionMember(msgspec.Struct, kw_only=True, array_like=True):
     counted: bool = False
 
 
-class RefEntry(msgspec.Struct, kw_only=True, array_like=True):
+class RefEntry(msgspec.Struct, kw_only=True, array_like=True, omit_defaults=True):
     """The positions one source holds a content at; empty positions are a tombstone of that version.
 
     Stored under :func:`ref_key`, one key per (content, source), so a copy costs the same however many a text has.
@@ -190,7 +191,7 @@ def ref_key(content_hash: str, source_id: str) -> str:
     return f"r\x00{content_hash}\x00{source_id}"
 
 
-class ContentRecord(msgspec.Struct, kw_only=True):
+class ContentRecord(msgspec.Struct, kw_only=True, dict=True, omit_defaults=True):
     """State of the ``content`` stage for one content hash (one distinct normalized text).
 
     Its sources are separate :class:`RefEntry` records; the record keeps what is needed per copy in O(1): the
@@ -202,10 +203,13 @@ class ContentRecord(msgspec.Struct, kw_only=True):
     epoch: int = 0
     alive: bool = False
     has_text: bool = False
-    norm: str = ""  # the normalized text and the original text of the first source, stored once per text
+    # The original text of the first source and its normalized form, stored once per text; the normalized form
+    # is stored only where it is not normalize(text) (markup stripped), and ``norm`` always holds it.
+    norm_stored: str = msgspec.field(default="", name="norm")
     text: str = ""
-    signature: bytes = b""  # only for contents long enough to take part in near matching
-    indexed: bool = False  # joined its LSH bands in this epoch
+    indexed: bool = (
+        False  # joined its LSH bands in this epoch (its signature is computed again to leave them)
+    )
     positions: int = 0
     principals: dict[str, int] = msgspec.field(default_factory=dict)
     top: list[TopRef] = msgspec.field(default_factory=list)
@@ -231,6 +235,15 @@ class ContentRecord(msgspec.Struct, kw_only=True):
     # otherwise have joined (the best known, kept here until its own discovery is complete).
     conflicted: bool = False
     conflict: Conflict | None = None
+
+    def __post_init__(self) -> None:
+        # Not a field: set on creation and on decoding.
+        self.norm: str = self.norm_stored or (normalize(self.text) if self.has_text else "")
+
+    def set_texts(self, text: str, norm: str) -> None:
+        """Keep a content's original and normalized text (the latter stored only if it is not derived)."""
+        self.text, self.norm, self.has_text = text, norm, True
+        self.norm_stored = "" if normalize(text) == norm else norm
 
     def readers(self) -> tuple[str, ...]:
         """Return the union of the ACLs of the live sources (``("*",)`` if one admits everyone)."""

@@ -135,7 +135,7 @@ class ContentStage:
             "revision": record.revision,
             "has_text": record.has_text,
             "text": record.text,
-            "norm": record.norm,
+            "norm_stored": record.norm_stored,
         }
         fresh = ContentRecord(**keep, role="dead", sent_info=dead)  # type: ignore[arg-type]
         for name in fresh.__struct_fields__:

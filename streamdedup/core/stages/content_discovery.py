@@ -57,15 +57,18 @@ class Discovery:
             if count < params.min_shingles:
                 continue  # too short for near matching: exact copies only
             record = work.record
-            record.signature = scheme.to_bytes(signature)
             record.indexed = True
             record.pending_bands = scheme.band_keys(signature, params.bands, params.rows)
             out.append(BandJoin(work.key, record.epoch, tuple(record.pending_bands)))
 
     def leave(self, key: str, record: ContentRecord) -> BandLeave:
-        """Return the message that takes a content out of the bands it joined."""
-        signature = self._scheme.from_bytes(record.signature)
-        band_keys = self._scheme.band_keys(signature, self._params.bands, self._params.rows)
+        """Return the message that takes a content out of the bands it joined.
+
+        The signature is computed again from the text rather than stored: it is the same, and 512 bytes of
+        incompressible state per text cost more than one signature per death.
+        """
+        signatures, _ = self._scheme.signatures([record.norm])
+        band_keys = self._scheme.band_keys(signatures[0], self._params.bands, self._params.rows)
         return BandLeave(key, record.epoch, tuple(band_keys))
 
     def on_band_answer(self, work: Work, message: BandAck) -> None:

@@ -35,7 +35,7 @@ class SourcePositions:
         entry = work.refs.get(key)
         if message.texts and not record.has_text:
             # The content's texts, stored once for every copy (taken from any version: they never change).
-            record.text, record.norm, record.has_text = message.texts[0], message.norm, True
+            record.set_texts(message.texts[0], message.norm)
         if entry is not None and message.version <= entry.version:
             return False
         if message.positions:

@@ -34,7 +34,7 @@ from streamdedup.core.state import (
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
 
-__all__ = ["SourceStage", "document_chunks", "document_lines"]
+__all__ = ["SourceStage", "current_mapping", "document_chunks", "document_lines"]
 
 _SNAPSHOT_PREFIX = "\x00boilerplate\x00"
 
@@ -126,7 +126,7 @@ class SourceStage:
                         tuple(record.lines),
                     )
                 )
-            if record.mapping is not None:
+            if record.mapped_version >= 0:
                 out.append(Output("source-mappings", event.source_id, None))
             table.put(event.source_id, SourceRecord(version=event.version, deleted=True))
             return False
@@ -222,23 +222,17 @@ class SourceStage:
         record = table.get(source_id)
         if record is None or record.deleted:
             return
-        entries: list[MappingEntry] = []
-        for position, content_hash in enumerate(record.chunks):
-            status = record.statuses.get(content_hash)
-            if status is None or status.version != record.version or not status.chunk_id:
-                return  # some content has not answered for this version yet
-            chunk_id = content_hash if status.chunk_id == "=" else status.chunk_id
-            if status.relation == "near":
-                entries.append(MappingEntry(position, content_hash, chunk_id, "near", status.jaccard))
-            elif status.canonical_position == position:
-                entries.append(MappingEntry(position, content_hash, chunk_id, "canonical", 1.0))
-            else:
-                entries.append(MappingEntry(position, content_hash, chunk_id, "exact", 1.0))
-        if entries == record.mapping and record.mapped_version == record.version:
+        entries = current_mapping(source_id, record)
+        if entries is None:
+            return  # some content has not answered for this version yet
+        prints = [_fingerprint(e) for e in entries]
+        mapped = b"".join(prints)
+        if mapped == record.mapped and record.mapped_version == record.version:
             return
-        previous = {e.position: e for e in record.mapping or ()}
-        for entry in entries:
-            if entry.relation == "exact" and previous.get(entry.position) != entry:
+        before = record.mapped
+        for entry, printed in zip(entries, prints, strict=True):
+            at = entry.position * _PRINT
+            if entry.relation == "exact" and before[at : at + _PRINT] != printed:
                 out.append(
                     Output(
                         "audit",
@@ -248,9 +242,35 @@ class SourceStage:
                         ),
                     )
                 )
-        record.mapping, record.mapped_version = entries, record.version
+        record.mapped, record.mapped_version = mapped, record.version
         table.mark(source_id)
         out.append(Output("source-mappings", source_id, mapping_value(source_id, record.version, entries)))
+
+
+def current_mapping(source_id: str, record: SourceRecord) -> list[MappingEntry] | None:
+    """Return a source's mapping from what its contents told it, or None until all answered for its version."""
+    entries: list[MappingEntry] = []
+    for position, content_hash in enumerate(record.chunks):
+        status = record.statuses.get(content_hash)
+        if status is None or status.version != record.version or not status.chunk_id:
+            return None
+        chunk_id = content_hash if status.chunk_id == "=" else status.chunk_id
+        if status.relation == "near":
+            entries.append(MappingEntry(position, content_hash, chunk_id, "near", status.jaccard))
+        elif status.canonical_position == position:
+            entries.append(MappingEntry(position, content_hash, chunk_id, "canonical", 1.0))
+        else:
+            entries.append(MappingEntry(position, content_hash, chunk_id, "exact", 1.0))
+    return entries
+
+
+_PRINT = 8  # bytes of a mapping entry's fingerprint
+
+
+def _fingerprint(entry: MappingEntry) -> bytes:
+    """A short digest of a mapping entry: the record keeps these, not the entries, of the last mapping sent."""
+    text = f"{entry.content_hash}\x00{entry.chunk_id}\x00{entry.relation}\x00{entry.jaccard!r}"
+    return hashlib.blake2b(text.encode(), digest_size=_PRINT).digest()
 
 
 def _positions_by_content(chunks: list[str]) -> dict[str, tuple[int, ...]]:
