@@ -207,6 +207,7 @@ class ContentRecord(msgspec.Struct, kw_only=True, dict=True, omit_defaults=True)
     # is stored only where it is not normalize(text) (markup stripped), and ``norm`` always holds it.
     norm_stored: str = msgspec.field(default="", name="norm")
     text: str = ""
+    length: int = 0  # of the normalized text (the canonical policy's "length")
     indexed: bool = (
         False  # joined its LSH bands in this epoch (its signature is computed again to leave them)
     )
@@ -236,14 +237,19 @@ class ContentRecord(msgspec.Struct, kw_only=True, dict=True, omit_defaults=True)
     conflicted: bool = False
     conflict: Conflict | None = None
 
-    def __post_init__(self) -> None:
-        # Not a field: set on creation and on decoding.
-        self.norm: str = self.norm_stored or (normalize(self.text) if self.has_text else "")
+    @property
+    def norm(self) -> str:
+        """The normalized text (derived from the original text on first use where it is not stored)."""
+        found: str | None = self.__dict__.get("_norm")
+        if found is None:
+            found = self.__dict__["_norm"] = self.norm_stored or (normalize(self.text) if self.has_text else "")
+        return found
 
     def set_texts(self, text: str, norm: str) -> None:
         """Keep a content's original and normalized text (the latter stored only if it is not derived)."""
-        self.text, self.norm, self.has_text = text, norm, True
+        self.text, self.has_text, self.length = text, True, len(norm)
         self.norm_stored = "" if normalize(text) == norm else norm
+        self.__dict__["_norm"] = norm
 
     def readers(self) -> tuple[str, ...]:
         """Return the union of the ACLs of the live sources (``("*",)`` if one admits everyone)."""

@@ -136,6 +136,7 @@ class ContentStage:
             "has_text": record.has_text,
             "text": record.text,
             "norm_stored": record.norm_stored,
+            "length": record.length,
         }
         fresh = ContentRecord(**keep, role="dead", sent_info=dead)  # type: ignore[arg-type]
         for name in fresh.__struct_fields__:

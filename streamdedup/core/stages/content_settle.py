@@ -63,7 +63,7 @@ class Settlement:
         self._positions.ensure_top(work)
         first = record.top[0]
         best = (first.source_id, first.position, first.attrs)
-        rank = self._policy.rank_of(key, len(record.norm), best)
+        rank = self._policy.rank_of(key, record.length, best)
         readers = record.readers()
         owed = discovery.answers(work, rank)
         if record.candidates and not record.pending_bands:
