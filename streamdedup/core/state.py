@@ -242,7 +242,9 @@ class ContentRecord(msgspec.Struct, kw_only=True, dict=True, omit_defaults=True)
         """The normalized text (derived from the original text on first use where it is not stored)."""
         found: str | None = self.__dict__.get("_norm")
         if found is None:
-            found = self.__dict__["_norm"] = self.norm_stored or (normalize(self.text) if self.has_text else "")
+            found = self.__dict__["_norm"] = self.norm_stored or (
+                normalize(self.text) if self.has_text else ""
+            )
         return found
 
     def set_texts(self, text: str, norm: str) -> None:
