@@ -75,3 +75,52 @@ def test_the_worker_leaves_the_log_level_alone(tmp_path):
     probe.addHandler(logging.NullHandler())
     worker.on_setup_root_logger(probe, logging.WARNING)
     assert probe.level == logging.WARNING and not probe.isEnabledFor(logging.DEBUG)
+
+
+class _Builder:
+    def append(self, **record):
+        return object()  # room left: every record fits
+
+
+class _SlowBroker:
+    """A producer whose first queueing attempts time out, as while the broker restarts."""
+
+    def __init__(self, timeouts: int) -> None:
+        self.timeouts, self.attempts = timeouts, 0
+
+    def create_batch(self):
+        return _Builder()
+
+    async def send_batch(self, builder, topic, *, partition):
+        import asyncio
+        from types import SimpleNamespace
+
+        from aiokafka.errors import KafkaTimeoutError
+
+        self.attempts += 1
+        if self.attempts <= self.timeouts:
+            raise KafkaTimeoutError()
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(SimpleNamespace(offset=41))
+        return future
+
+
+def test_a_batch_the_producer_could_not_queue_in_time_is_queued_again():
+    import asyncio
+
+    from aiokafka.errors import KafkaTimeoutError
+
+    from streamdedup.drivers.kafka.delivery import SEND_ATTEMPTS, FaultPoints, Sends
+
+    producer = _SlowBroker(timeouts=2)
+    sends = Sends(producer, Metrics(), FaultPoints(None))
+    sends.add("out", 0, b"k", b"v")
+    sends.add("out", 0, b"k2", b"v2")
+    assert asyncio.run(sends.send()) == {("out", 0): 42}  # two records from offset 41
+    assert producer.attempts == 3
+    gone = _SlowBroker(timeouts=SEND_ATTEMPTS)
+    sends = Sends(gone, Metrics(), FaultPoints(None))
+    sends.add("out", 0, b"k", b"v")
+    with pytest.raises(KafkaTimeoutError):
+        asyncio.run(sends.send())
+    assert gone.attempts == SEND_ATTEMPTS

@@ -9,6 +9,7 @@ that any other producer of the same key agrees.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import signal
@@ -17,11 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaTimeoutError
 
 from streamdedup.core.partitioning import positive_murmur2
 from streamdedup.drivers.kafka.metrics import Metrics
 
 __all__ = ["FaultPoints", "Sends", "TopicPartitions"]
+
+logger = logging.getLogger(__name__)
 
 
 _NO_HEADERS: list[tuple[str, bytes]] = []  # the producer's record builder takes a list, and only reads it
@@ -87,6 +91,10 @@ class _Batches:
     current: Any = None
 
 
+#: Request timeouts in a row (40 s each by default) that queueing one batch may take before the worker gives up.
+SEND_ATTEMPTS = 8
+
+
 class Sends:
     """The records of one handler call, by topic partition, sent as record batches."""
 
@@ -124,6 +132,28 @@ class Sends:
     def __bool__(self) -> bool:
         return bool(self._by_tp)
 
+    async def _queue(self, builder: Any, topic: str, partition: int) -> asyncio.Future[Any]:
+        """Hand one batch to the producer, waiting out a broker that is restarting or slow.
+
+        The producer holds one batch per partition in flight and gives up queueing the next after its request
+        timeout; the batch was then not queued, so queueing it again is safe. After ``SEND_ATTEMPTS`` such
+        timeouts in a row the error stands (the worker stops, and what it did not apply is read again).
+        """
+        for attempt in range(1, SEND_ATTEMPTS + 1):
+            try:
+                queued: asyncio.Future[Any] = await self._producer.send_batch(
+                    builder, topic, partition=partition
+                )
+                return queued
+            except KafkaTimeoutError:
+                if attempt == SEND_ATTEMPTS:
+                    raise
+                logger.warning(
+                    "Kafka has not taken a batch for %s[%d] within the request timeout (attempt %d of %d); waiting",
+                    topic, partition, attempt, SEND_ATTEMPTS,
+                )  # fmt: skip
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def send(self) -> dict[tuple[str, int], int]:
         """Send every batch and wait until Kafka has all of them; return the last offset per topic partition."""
         pending: list[tuple[tuple[str, int], int, asyncio.Future[Any]]] = []
@@ -132,7 +162,7 @@ class Sends:
         cut = cut and sum(len(b.builders) for b in self._by_tp.values()) > 1
         for (topic, partition), batches in self._by_tp.items():
             for builder, count in zip(batches.builders, batches.counts, strict=True):
-                future = await self._producer.send_batch(builder, topic, partition=partition)
+                future = await self._queue(builder, topic, partition)
                 self._metrics.sends.labels(self._kind).inc()
                 pending.append(((topic, partition), count, future))
                 if cut:
