@@ -9,14 +9,15 @@ from __future__ import annotations
 import difflib
 import logging
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 
 from streamdedup.errors import StreamDedupError
-from streamdedup.settings import Settings
+
+if TYPE_CHECKING:
+    from streamdedup.settings import Settings
 
 __all__ = ["app", "main"]
 
@@ -51,6 +52,11 @@ def _root(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
 ) -> None:
     """Read settings from the environment (STREAMDEDUP_<NAME>) and --set."""
+    # Imported here: pydantic-settings is most of what `streamdedup --help` would otherwise load.
+    from pydantic import ValidationError
+
+    from streamdedup.settings import Settings
+
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
