@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from streamdedup.core.model import Rank, SourceAttrs
+from streamdedup.core.params import POLICY_CRITERIA
 
 __all__ = ["CanonicalPolicy", "RefKey"]
 
@@ -39,7 +40,7 @@ class CanonicalPolicy:
         self._getters = [_GETTERS[c] for c in self.criteria]
         # Sort keys of a source position (the length is the same for every position of a content).
         self._ref_getters = [_REF_GETTERS[c] for c in self.criteria if c != "length"]
-        if self.criteria == _DEFAULT:
+        if self.criteria == POLICY_CRITERIA:
             # The default order, spelled out: these keys are computed for every copy of every text.
             self.sort_key = _default_sort_key  # type: ignore[method-assign]
             self.ref_order = _default_ref_order  # type: ignore[method-assign]
@@ -78,9 +79,6 @@ class CanonicalPolicy:
         """Return the rank of a content whose best source position is ``best``."""
         source_id, _, attrs = best
         return Rank(attrs.authority, attrs.modified_at, length, source_id, content_hash)
-
-
-_DEFAULT = ("authority", "modified_at", "length", "source_id")
 
 
 def _default_sort_key(rank: Rank) -> tuple[Any, ...]:

@@ -1,8 +1,9 @@
 """Partition-local state: the records each stage keeps, and the protocol a driver provides to reach them.
 
 A handler sees only :class:`PartitionState` (bytes by key) for the one partition of its own stage; the records
-are encoded as MessagePack by msgspec (never pickle). :class:`Table` gives typed access and keeps every record a
-handler touched decoded until the driver commits, so a batch decodes and encodes each key once.
+are encoded as MessagePack by msgspec (never pickle). :class:`Table` gives typed access; over a driver's
+transaction it keeps the records decoded for the rest of the batch, so a batch decodes each key once (it encodes
+a record at the end of each handler call that changed it).
 """
 
 from __future__ import annotations
@@ -95,9 +96,8 @@ class SourceRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     deleted: bool = False
     attrs: SourceAttrs | None = None
     collection: str = "default"
-    chunks: list[str] = msgspec.field(
-        default_factory=list
-    )  # content hash at each position (texts: content stage)
+    # The content hash at each position (the texts are the content stage's).
+    chunks: list[str] = msgspec.field(default_factory=list)
     lines: list[str] = msgspec.field(default_factory=list)  # line hashes counted in lines_collection
     lines_collection: str = ""
     statuses: dict[str, StatusEntry] = msgspec.field(default_factory=dict)
@@ -208,9 +208,8 @@ class ContentRecord(msgspec.Struct, kw_only=True, dict=True, omit_defaults=True)
     norm_stored: str = msgspec.field(default="", name="norm")
     text: str = ""
     length: int = 0  # of the normalized text (the canonical policy's "length")
-    indexed: bool = (
-        False  # joined its LSH bands in this epoch (its signature is computed again to leave them)
-    )
+    # Joined its LSH bands in this epoch (its signature is computed again from the text to leave them).
+    indexed: bool = False
     positions: int = 0
     principals: dict[str, int] = msgspec.field(default_factory=dict)
     top: list[TopRef] = msgspec.field(default_factory=list)

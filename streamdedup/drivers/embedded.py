@@ -58,12 +58,11 @@ class RunCounters:
         for output in outputs:
             self.observe(output, txn, known)
 
-    def observe(self, output: Output, txn: Transaction, known: dict[str, bytes | None] | None = None) -> None:
+    def observe(self, output: Output, txn: Transaction, known: dict[str, bytes | None]) -> None:
         """Update the totals with one output record, replacing the previous contribution of its key.
 
         ``known`` holds stored contributions already read (and is kept up to date).
         """
-        known = {} if known is None else known
         if output.topic == "source-mappings":
             key = _counts_key(output)
             old = _read_counts(txn, key, known)

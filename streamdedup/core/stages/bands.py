@@ -22,25 +22,10 @@ from streamdedup.core.state import PartitionState
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
 
-__all__ = ["BandStage", "decode_bucket", "encode_bucket"]
+__all__ = ["BandStage"]
 
 _HASH = 32
 _ENTRY = 36
-
-
-def decode_bucket(raw: bytes | None) -> dict[str, int]:
-    """Return the members of a stored bucket: content hash -> epoch it joined under."""
-    if not raw:
-        return {}
-    return {
-        raw[i : i + _HASH].hex(): int.from_bytes(raw[i + _HASH : i + _ENTRY], "big")
-        for i in range(0, len(raw), _ENTRY)
-    }
-
-
-def encode_bucket(members: dict[str, int]) -> bytes:
-    """Serialize a bucket's members, sorted by content hash."""
-    return b"".join(bytes.fromhex(h) + epoch.to_bytes(4, "big") for h, epoch in sorted(members.items()))
 
 
 def _find(raw: bytes, member: bytes) -> tuple[int, bool]:
