@@ -147,16 +147,22 @@ def _cli_run(workdir: Path, positions: int = 10_000) -> dict[str, Any]:
     }
 
 
-def _edit(rng: random.Random, text: str, count: int) -> str:
+def _edit(rng: random.Random, text: str, count: int, vocabulary: list[str]) -> str:
+    """Replace ``count`` words of ``text`` with words of the corpus.
+
+    The new words hold no digits: a number would be a fact token, and the copy a fact conflict instead of a near
+    copy (the growth run's near copies would then all become review flags and none would merge).
+    """
     words = text.split()
     for _ in range(count):
-        words[rng.randrange(len(words))] = f"w{rng.randrange(1_000_000)}"
+        words[rng.randrange(len(words))] = rng.choice(vocabulary)
     return " ".join(words)
 
 
 def _growth(workdir: Path, target: int) -> dict[str, Any]:
     rng = random.Random(7)
     pool = sorted({c for c in django_chunks() if len(c.split()) >= 8})
+    vocabulary = sorted({w for c in pool for w in c.split() if w.isalpha()})
     engine = Engine(EngineParams())
     stage_seconds: collections.Counter[str] = collections.Counter()
     time_stages(engine, stage_seconds)
@@ -176,10 +182,10 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
                 if made and roll < 0.3:
                     text = rng.choice(made)
                 elif made and roll < 0.4:
-                    text = _edit(rng, rng.choice(made), 1)
+                    text = _edit(rng, rng.choice(made), 1, vocabulary)
                 else:
                     a, b = rng.choice(pool).split(), rng.choice(pool).split()
-                    text = _edit(rng, " ".join(a[: len(a) // 2] + b[len(b) // 2 :]), 1)
+                    text = _edit(rng, " ".join(a[: len(a) // 2] + b[len(b) // 2 :]), 1, vocabulary)
                 # A bounded reservoir of earlier chunks, so the generator's memory does not grow with the state.
                 if len(made) < 50_000:
                     made.append(text)

@@ -47,7 +47,7 @@ from streamdedup.codec import encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
-from streamdedup.core.state import ContentRecord, RefEntry, ref_prefix
+from streamdedup.core.state import ContentRecord, RefEntry, id_key, ref_prefix
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.kafka.admin import ensure_topics
 from streamdedup.drivers.kafka.topics import TopicNames
@@ -67,6 +67,7 @@ def _events(versions: tuple[str, ...] | None = None) -> list[UpsertEvent]:
 
 
 REF_PREFIX = ref_prefix("")[:2]  # the content family's per-source ref records
+ID_PREFIX = id_key("")  # and its content-id index
 
 
 def _disk(workdir: Path) -> dict[str, Any]:
@@ -83,6 +84,8 @@ def _disk(workdir: Path) -> dict[str, Any]:
         if key.startswith(REF_PREFIX):
             entry = msgspec.msgpack.decode(raw, type=RefEntry)
             text_bytes += sum(len(t.encode()) for t in entry.texts)
+            continue
+        if key.startswith(ID_PREFIX):
             continue
         record = msgspec.msgpack.decode(raw, type=ContentRecord)
         if record.alive:

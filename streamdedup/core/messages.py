@@ -16,6 +16,7 @@ from streamdedup.core.partitioning import partition_for
 
 __all__ = [
     "BROADCAST",
+    "CONTENT_ID_CHARS",
     "STAGES",
     "BandAck",
     "BandJoin",
@@ -32,6 +33,7 @@ __all__ = [
     "SourceRef",
     "VerifyRequest",
     "VerifyResult",
+    "content_id",
     "route",
     "split",
 ]
@@ -41,6 +43,17 @@ STAGES = ("source", "content", "band", "collection")
 
 #: The routing key of a message that goes to every partition of its stage.
 BROADCAST = "\x00*"
+
+#: The hex characters of a content hash that name it in LSH buckets and route it (its first 8 bytes). Band
+#: buckets hold these short ids, not whole hashes, and a candidate is asked by its id; the content stage's index
+#: finds the contents (normally one) that carry it, so that two texts sharing an id only ever cost a verification.
+CONTENT_ID_CHARS = 16
+
+
+def content_id(content_hash: str) -> str:
+    """Return the short id of a content hash: what band buckets hold and what the content stage is routed by."""
+    return content_hash[:CONTENT_ID_CHARS]
+
 
 Role = Literal["pending", "canonical", "member", "dead"]
 
@@ -127,17 +140,22 @@ class BandLeave(msgspec.Struct, frozen=True, tag="leave", tag_field="op"):
 class BandAck(msgspec.Struct, frozen=True, tag="ack", tag_field="op"):
     """Band → content: the bands answered, and the other contents found in their buckets (candidates).
 
-    Each candidate comes with the number of those bands it shares with the content, an estimate of their Jaccard.
+    Each candidate is named by its :func:`content_id` and comes with the number of those bands it shares with the
+    content, an estimate of their Jaccard.
     """
 
     content_hash: str
     epoch: int
     bands: tuple[str, ...]
-    candidates: tuple[tuple[str, int], ...] = ()  # (content hash, bands shared)
+    candidates: tuple[tuple[str, int], ...] = ()  # (content id, bands shared)
 
 
 class VerifyRequest(msgspec.Struct, frozen=True, tag="verify", tag_field="op"):
-    """Content → content: check whether the sender is a near copy of the receiver."""
+    """Content → content: check whether the sender is a near copy of the receiver.
+
+    ``content_hash`` is the receiver's whole hash, or its :func:`content_id` when a band named it as a candidate:
+    every content carrying that id then answers.
+    """
 
     content_hash: str
     sender: str
@@ -234,14 +252,16 @@ _ROUTES: dict[type, tuple[str, str]] = {
 def route(message: Message) -> tuple[str, str]:
     """Return the stage that handles ``message`` and the key it is partitioned by (:data:`BROADCAST`: all).
 
-    A band message is partitioned by each of its band keys: this returns its first; :func:`split` divides it.
+    A band message is partitioned by each of its band keys: this returns its first; :func:`split` divides it. A
+    content is partitioned by its :func:`content_id`, so that a request naming a candidate by its id reaches it.
     """
     if isinstance(message, BoilerplateUpdate):
         return "source", BROADCAST
     if isinstance(message, (BandJoin, BandLeave)):
         return "band", message.band_keys[0]
     stage, attribute = _ROUTES[type(message)]
-    return stage, getattr(message, attribute)
+    key: str = getattr(message, attribute)
+    return stage, key[:CONTENT_ID_CHARS] if stage == "content" else key
 
 
 def split(message: Message, partitions: int) -> list[tuple[str, int, Message]]:

@@ -24,6 +24,7 @@ __all__ = [
     "CollectionMember",
     "CollectionRecord",
     "Conflict",
+    "ContentIds",
     "ContentRecord",
     "LineRecord",
     "MappingEntry",
@@ -34,6 +35,7 @@ __all__ = [
     "StatusEntry",
     "Table",
     "TopRef",
+    "id_key",
     "ref_key",
     "ref_prefix",
     "source_texts",
@@ -181,6 +183,21 @@ class TopRef(msgspec.Struct, frozen=True, array_like=True):
     text: str = ""  # the original chunk text, when it differs from the content's text
 
 
+class ContentIds(msgspec.Struct, kw_only=True, array_like=True):
+    """The contents of a partition whose hash begins with one content id: normally one.
+
+    Band buckets name candidates by content id (:func:`~streamdedup.core.messages.content_id`); a verify request
+    addressed by id reaches every content listed here. Written when a content first joins its bands, kept after.
+    """
+
+    hashes: list[str] = msgspec.field(default_factory=list)
+
+
+def id_key(content_id: str) -> str:
+    """Return the key of the :class:`ContentIds` of one content id."""
+    return f"i\x00{content_id}"
+
+
 def ref_prefix(content_hash: str) -> str:
     """Return the prefix of the keys of a content's :class:`RefEntry` records."""
     return f"r\x00{content_hash}\x00"
@@ -294,6 +311,7 @@ R = TypeVar(
     CollectionRecord,
     LineRecord,
     CollectionMember,
+    ContentIds,
 )
 
 

@@ -18,10 +18,11 @@ from streamdedup.core.messages import (
     SourceRef,
     VerifyRequest,
     VerifyResult,
+    content_id,
 )
 from streamdedup.core.model import Rank, SourceAttrs
 from streamdedup.core.normalize import content_hash
-from streamdedup.core.state import ContentRecord, Table
+from streamdedup.core.state import ContentIds, ContentRecord, Table, id_key
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
 
@@ -57,6 +58,7 @@ def stage(engine):
         return engine.handle("content", list(messages), txn.partition("content", 0))
 
     send.record = lambda text: Table(txn.partition("content", 0), ContentRecord).get(content_hash(text))
+    send.state = txn.partition("content", 0)
     return send
 
 
@@ -178,6 +180,50 @@ def test_a_pair_in_fact_conflict_is_left_to_the_sender_when_the_receiver_ranks_b
     assert _outputs(out, "review") == []
 
 
+def test_a_request_naming_a_band_candidate_by_its_content_id_reaches_the_content(stage):
+    _settled(stage, TEXT)
+    info = Info(3, "pending", _rank(NEAR, "n", 2), ("*",))
+    out = stage(VerifyRequest(content_id(content_hash(TEXT)), content_hash(NEAR), 1, NEAR, NEAR, info))
+    (result,) = _of(out, VerifyResult)
+    # answered by the content under its whole hash, which the asker then holds as a neighbour
+    assert (result.content_hash, result.sender, result.edge) == (content_hash(NEAR), content_hash(TEXT), True)
+    assert content_hash(NEAR) in stage.record(TEXT).neighbors
+
+
+def test_every_content_carrying_a_content_id_answers_a_request_by_that_id(stage, engine):
+    # Two texts whose hashes share their first 8 bytes (made so here; about 3 in 10,000 among 10^8 texts): a
+    # band bucket cannot tell them apart, so both verify the pair, and only the real near copy becomes an edge.
+    _settled(stage, TEXT)
+    other = content_hash(THIRTY)
+    clash = content_id(content_hash(TEXT)) + other[16:]
+    stage(RefUpdate(clash, "c", 1, (0,), (THIRTY,), THIRTY, _attrs(1)))
+    index = Table(stage.state, ContentIds)
+    entry = index.get_or_new(id_key(content_id(clash)))
+    entry.hashes.append(clash)
+    index.mark(id_key(content_id(clash)))
+    index.flush()
+    info = Info(3, "pending", _rank(NEAR, "n", 2), ("*",))
+    out = stage(VerifyRequest(content_id(clash), content_hash(NEAR), 1, NEAR, NEAR, info))
+    results = {r.sender: r for r in _of(out, VerifyResult)}
+    assert set(results) == {content_hash(TEXT), clash}
+    assert results[content_hash(TEXT)].edge and not results[clash].edge
+
+
+def test_a_request_by_a_content_id_nobody_here_carries_is_answered_as_dead(stage):
+    info = Info(3, "pending", _rank(NEAR, "n", 2), ("*",))
+    (result,) = _of(stage(VerifyRequest("0" * 16, content_hash(NEAR), 1, NEAR, NEAR, info)), VerifyResult)
+    assert (result.content_hash, result.sender) == (content_hash(NEAR), "0" * 16)
+    assert (result.edge, result.jaccard, result.info.role) == (False, 0.0, "dead")
+
+
+def test_a_content_that_joins_its_bands_is_listed_under_its_content_id(stage):
+    _settled(stage, TEXT)
+    stage(_ref(SHORT))  # too short for near matching: never a candidate, not listed
+    index = Table(stage.state, ContentIds)
+    assert index.get(id_key(content_id(content_hash(TEXT)))).hashes == [content_hash(TEXT)]
+    assert index.get(id_key(content_id(content_hash(SHORT)))) is None
+
+
 def test_a_dead_content_answers_a_verify_request_as_dead(stage):
     _settled(stage, TEXT)
     stage(_ref(TEXT, version=2, positions=()))
@@ -194,14 +240,16 @@ def test_a_dead_content_answers_a_verify_request_as_dead(stage):
 def _asking(stage, text, candidate, day=1):
     """A content that asked ``candidate`` to verify the pair; returns the request."""
     (join,) = _of(stage(_ref(text, "me", day=day)), BandJoin)
-    out = stage(BandAck(join.content_hash, join.epoch, join.band_keys, ((content_hash(candidate), 5),)))
+    out = stage(
+        BandAck(join.content_hash, join.epoch, join.band_keys, ((content_id(content_hash(candidate)), 5),))
+    )
     (request,) = _of(out, VerifyRequest)
     return request
 
 
 def test_the_last_verify_result_completes_discovery_and_joins_the_better_canonical(stage):
     request = _asking(stage, NEAR, TEXT, day=1)
-    assert request.content_hash == content_hash(TEXT) and stage.record(NEAR).role == "pending"
+    assert request.content_hash == content_id(content_hash(TEXT)) and stage.record(NEAR).role == "pending"
     canonical = Info(4, "canonical", _rank(TEXT, "other", 9), ("*",))
     out = stage(VerifyResult(content_hash(NEAR), content_hash(TEXT), request.epoch, 0.86, True, canonical))
     assert stage.record(NEAR).role == "member" and stage.record(NEAR).target == content_hash(TEXT)

@@ -1,7 +1,15 @@
 """Stage handlers driven directly: a batch and partition-local state in, keyed messages out."""
 
 from streamdedup.core.engine import Engine
-from streamdedup.core.messages import BandAck, BandJoin, BandLeave, Output, RefUpdate, VerifyRequest
+from streamdedup.core.messages import (
+    BandAck,
+    BandJoin,
+    BandLeave,
+    Output,
+    RefUpdate,
+    VerifyRequest,
+    content_id,
+)
 from streamdedup.core.model import AclEvent, DeleteEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
@@ -48,22 +56,24 @@ def test_acl_event_resends_positions_with_new_readers(engine):
 
 
 H1, H2, H3, H9 = ("1" * 64, "2" * 64, "3" * 64, "9" * 64)
+# Band buckets hold content ids, and answers name candidates by them.
+I1, I2, I3, I9 = (content_id(h) for h in (H1, H2, H3, H9))
 
 
 def test_band_stage_answers_joins_with_the_other_members(engine):
     txn = Transaction(MemoryStore())
     assert _handle(engine, "band", [BandJoin(H1, 1, ("k",))], txn) == [BandAck(H1, 1, ("k",))]
-    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, ("k",), ((H1, 1),))]
+    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, ("k",), ((I1, 1),))]
     # a duplicate join is answered again and changes nothing
-    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, ("k",), ((H1, 1),))]
+    assert _handle(engine, "band", [BandJoin(H2, 1, ("k",))], txn) == [BandAck(H2, 1, ("k",), ((I1, 1),))]
     # a stale leave (older epoch than the join) does not remove the member
     _handle(engine, "band", [BandJoin(H1, 3, ("k",)), BandLeave(H1, 2, ("k",))], txn)
-    assert _handle(engine, "band", [BandJoin(H3, 1, ("k",))], txn)[0].candidates == ((H1, 1), (H2, 1))
+    assert _handle(engine, "band", [BandJoin(H3, 1, ("k",))], txn)[0].candidates == ((I1, 1), (I2, 1))
     # the joins of one content in one batch get one answer for all their bands, candidates counted by shared bands
     (ack,) = _handle(engine, "band", [BandJoin(H9, 1, ("x",)), BandJoin(H9, 1, ("y",))], txn)
     assert (ack.bands, ack.candidates) == (("x", "y"), ())
     (ack,) = _handle(engine, "band", [BandJoin(H3, 1, ("x", "y"))], txn)
-    assert (ack.bands, ack.candidates) == (("x", "y"), ((H9, 2),))
+    assert (ack.bands, ack.candidates) == (("x", "y"), ((I9, 2),))
     _handle(
         engine,
         "band",
@@ -105,7 +115,7 @@ def test_a_crowded_bucket_answers_a_join_with_at_most_max_candidates_others():
     for member in (H9, H3, H1, H2):
         _handle(engine, "band", [BandJoin(member, 1, ("k", "x"))], txn)
     (ack,) = _handle(engine, "band", [BandJoin("0" * 64, 1, ("k", "x"))], txn)
-    assert ack.candidates == ((H1, 2), (H2, 2))  # the lowest hashes, two shared bands each
+    assert ack.candidates == ((I1, 2), (I2, 2))  # the lowest ids, two shared bands each
 
 
 def test_a_new_text_verifies_the_candidates_sharing_the_most_bands_once_every_band_answered():
@@ -115,9 +125,9 @@ def test_a_new_text_verifies_the_candidates_sharing_the_most_bands_once_every_ba
     ref = RefUpdate("h", "s", 1, (0,), (words,), words, upsert("s", 1, [words]).attrs)
     (join,) = [m for m in _handle(engine, "content", [ref], txn) if isinstance(m, BandJoin)]
     half = len(join.band_keys) // 2
-    first = BandAck("h", join.epoch, join.band_keys[:half], ((H9, 2), (H3, 3), (H1, 1)))
+    first = BandAck("h", join.epoch, join.band_keys[:half], ((I9, 2), (I3, 3), (I1, 1)))
     assert not [m for m in _handle(engine, "content", [first], txn) if isinstance(m, VerifyRequest)]
-    second = BandAck("h", join.epoch, join.band_keys[half:], ((H2, 4), (H1, 2), (H9, 1)))
+    second = BandAck("h", join.epoch, join.band_keys[half:], ((I2, 4), (I1, 2), (I9, 1)))
     out = _handle(engine, "content", [second, second], txn)  # a duplicate answer counts once
-    # Shared bands: H2 4, H3 3, H1 3, H9 3; the first two by bands shared, then by content hash.
-    assert sorted(m.content_hash for m in out if isinstance(m, VerifyRequest)) == [H1, H2]
+    # Shared bands: H2 4, H3 3, H1 3, H9 3; the first two by bands shared, then by content id.
+    assert sorted(m.content_hash for m in out if isinstance(m, VerifyRequest)) == [I1, I2]

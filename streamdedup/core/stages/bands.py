@@ -4,11 +4,15 @@ A joining content is answered with everyone else in the bucket: its near-duplica
 that share a bucket, whichever joins second hears of the first, so every colliding pair is found in any order.
 
 A content verifies at most ``max_candidates`` others, and a dense neighbourhood must not make every join cost the
-size of its buckets: a join reads at most that many others per band (the lowest content hashes), and its answer
-names at most that many candidates, those sharing the most of its bands (then the lowest hashes).
+size of its buckets: a join reads at most that many others per band (the lowest content ids), and its answer
+names at most that many candidates, those sharing the most of its bands (then the lowest ids).
 
-A bucket is stored as fixed-width entries sorted by content hash, 32 bytes of hash and 4 bytes of epoch each, and
-is searched and changed in place: most buckets hold one content, and a crowded one costs a binary search.
+A bucket is stored as fixed-width entries sorted by content id, 8 bytes of id (the hash's first 8 bytes,
+:func:`~streamdedup.core.messages.content_id`) and 4 bytes of epoch each, and is searched and changed in place: most
+buckets hold one content, and a crowded one costs a binary search. Buckets are most of the state, so they hold ids,
+not whole hashes. Two texts sharing an id (among 10^8 texts, the chance that any two do is about 3 in 10,000)
+share an entry where their bands meet, which can cost a candidate but never a wrong merge: every candidate is
+verified against its text.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from streamdedup.core.messages import BandAck, BandJoin, BandLeave, Message, Output
+from streamdedup.core.messages import CONTENT_ID_CHARS, BandAck, BandJoin, BandLeave, Message, Output
 from streamdedup.core.state import PartitionState
 
 if TYPE_CHECKING:
@@ -24,8 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BandStage"]
 
-_HASH = 32
-_ENTRY = 36
+_HASH = CONTENT_ID_CHARS // 2  # bytes of a member's content id
+_ENTRY = _HASH + 4
 
 
 def _find(raw: bytes, member: bytes) -> tuple[int, bool]:
@@ -43,7 +47,7 @@ def _find(raw: bytes, member: bytes) -> tuple[int, bool]:
 
 
 def _count_others(raw: bytes, member: bytes, limit: int, counts: dict[bytes, int]) -> None:
-    """Count one shared band for each of the first ``limit`` content hashes of a bucket other than ``member``."""
+    """Count one shared band for each of the first ``limit`` content ids of a bucket other than ``member``."""
     if len(raw) == _ENTRY:
         return
     seen = 0
@@ -55,7 +59,7 @@ def _count_others(raw: bytes, member: bytes, limit: int, counts: dict[bytes, int
 
 
 def _best(counts: dict[bytes, int], limit: int) -> tuple[tuple[str, int], ...]:
-    """Return the ``limit`` candidates sharing the most bands (then the lowest hashes) as (hex hash, bands)."""
+    """Return the ``limit`` candidates sharing the most bands (then the lowest ids) as (hex content id, bands)."""
     chosen = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
     return tuple((other.hex(), count) for other, count in chosen)
 
@@ -81,7 +85,7 @@ class BandStage:
         answers: dict[tuple[str, int], tuple[list[str], dict[bytes, int]]] = {}
         for message in messages:
             content_hash, epoch = message.content_hash, message.epoch  # type: ignore[union-attr]
-            member = bytes.fromhex(content_hash)
+            member = bytes.fromhex(content_hash[:CONTENT_ID_CHARS])
             if isinstance(message, BandJoin):
                 answered, counts = answers.setdefault((content_hash, epoch), ([], {}))
                 entry = member + epoch.to_bytes(4, "big")

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from streamdedup.core.messages import (
+    CONTENT_ID_CHARS,
     BandAck,
     Info,
     Message,
@@ -28,6 +31,7 @@ from streamdedup.core.messages import (
     RefUpdate,
     VerifyRequest,
     VerifyResult,
+    content_id,
 )
 from streamdedup.core.records import audit_value
 from streamdedup.core.stages.content_discovery import Discovery
@@ -35,7 +39,7 @@ from streamdedup.core.stages.content_settle import Settlement
 from streamdedup.core.stages.content_sources import SourcePositions
 from streamdedup.core.stages.content_work import Features, Work
 from streamdedup.core.stages.context import StageContext
-from streamdedup.core.state import ContentRecord, PartitionState, RefEntry, Table, ref_key
+from streamdedup.core.state import ContentIds, ContentRecord, PartitionState, RefEntry, Table, id_key, ref_key
 
 __all__ = ["ContentStage"]
 
@@ -61,6 +65,10 @@ class ContentStage:
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of messages for one partition and emit what follows from them."""
+        out: list[Message | Output] = []
+        ids = Table(state, ContentIds)
+        if any(isinstance(m, VerifyRequest) and len(m.content_hash) == CONTENT_ID_CHARS for m in messages):
+            messages = self._resolve(messages, ids, out)
         table = Table(state, ContentRecord)
         table.prefetch(list(dict.fromkeys(m.content_hash for m in messages)))  # type: ignore[union-attr]
         refs = Table(state, RefEntry)
@@ -70,7 +78,6 @@ class ContentStage:
             if isinstance(m, RefUpdate) and (found := table.cached(m.content_hash)) and found.canonical_ref:
                 wanted[ref_key(m.content_hash, found.canonical_ref[0])] = None
         refs.prefetch(list(wanted))
-        out: list[Message | Output] = []
         works: dict[str, Work] = {}
         appliers = self._appliers
         for message in messages:
@@ -87,13 +94,55 @@ class ContentStage:
         born = [w for w in works.values() if w.born]
         if born:
             self.discovery.start(born, out)
+            self._index([w.key for w in born if w.record.indexed], ids)
         for key, work in works.items():
             self.settlement.settle(work, out)
             table.mark(key)
         table.flush()
         refs.flush()
+        ids.flush()
         self._features.clear()
         return out
+
+    @staticmethod
+    def _resolve(
+        messages: Sequence[Message], ids: Table[ContentIds], out: list[Message | Output]
+    ) -> list[Message]:
+        """Address each verify request that names a band candidate by content id to the contents carrying it.
+
+        An id no content here carries (none joined a band with it) is answered at once as a dead content.
+        """
+        asked = [
+            id_key(m.content_hash)
+            for m in messages
+            if isinstance(m, VerifyRequest) and len(m.content_hash) == CONTENT_ID_CHARS
+        ]
+        ids.prefetch(list(dict.fromkeys(asked)))
+        resolved: list[Message] = []
+        for message in messages:
+            if not isinstance(message, VerifyRequest) or len(message.content_hash) != CONTENT_ID_CHARS:
+                resolved.append(message)
+                continue
+            found = ids.get(id_key(message.content_hash))
+            if found is None or not found.hashes:
+                dead = Info(0, "dead")
+                out.append(
+                    VerifyResult(message.sender, message.content_hash, message.epoch, 0.0, False, dead)
+                )
+                continue
+            resolved.extend(msgspec.structs.replace(message, content_hash=h) for h in found.hashes)
+        return resolved
+
+    @staticmethod
+    def _index(keys: list[str], ids: Table[ContentIds]) -> None:
+        """List contents that joined their bands under their content id (once: the entry is kept after death)."""
+        pairs = [(id_key(content_id(key)), key) for key in keys]
+        ids.prefetch(list(dict.fromkeys(index_key for index_key, _ in pairs)))
+        for index_key, key in pairs:
+            entry = ids.get_or_new(index_key)
+            if key not in entry.hashes:
+                entry.hashes.append(key)
+                ids.mark(index_key)
 
     def _on_ref_update(self, work: Work, message: RefUpdate, out: list[Message | Output]) -> None:
         """Apply a source's positions; the content comes alive with its first live one and dies with its last."""

@@ -27,6 +27,7 @@ from streamdedup.core.messages import (
     Output,
     VerifyRequest,
     VerifyResult,
+    content_id,
 )
 from streamdedup.core.model import Rank
 from streamdedup.core.records import review_key, review_value
@@ -82,15 +83,19 @@ class Discovery:
             return  # a duplicate answer
         record.pending_bands = [band_key for band_key in pending if band_key not in answered]
         candidates = record.candidates
-        for other, shared in message.candidates:
-            if other != work.key:
+        mine = content_id(work.key)
+        for other, shared in message.candidates:  # named by content id
+            if other != mine:
                 candidates[other] = candidates.get(other, 0) + shared
 
     def choose_candidates(self, work: Work) -> None:
-        """Verify the candidates sharing the most bands (at most ``max_candidates``; ties by content hash)."""
+        """Verify the candidates sharing the most bands (at most ``max_candidates``; ties by content id).
+
+        Candidates, and the requests pending and sent in this epoch, are named by content id.
+        """
         record = work.record
         counts, record.candidates = record.candidates, {}
-        known = set(record.checked) | set(record.neighbors)
+        known = set(record.checked) | {content_id(other) for other in record.neighbors}
         fresh = [h for h in counts if h not in known]
         limit = self._params.max_candidates
         if len(fresh) > limit:
@@ -124,8 +129,9 @@ class Discovery:
     def on_verify_result(self, work: Work, message: VerifyResult) -> None:
         """Take a verification's answer: a neighbour if it is an edge, a conflict to flag if the flag is ours."""
         record = work.record
-        if message.epoch == record.epoch and message.sender in record.pending_verify:
-            record.pending_verify.remove(message.sender)
+        asked = content_id(message.sender)
+        if message.epoch == record.epoch and asked in record.pending_verify:
+            record.pending_verify.remove(asked)
             if message.conflict is not None and message.info.rank is not None and record.alive:
                 # The receiver found the pair in conflict and left the flag to this side (the worse ranked).
                 work.conflicts.append(
@@ -234,7 +240,10 @@ class Discovery:
         record, key = work.record, work.key
         for other in work.to_verify:
             out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
-        for other in sorted(work.strangers - set(record.neighbors) - set(work.to_verify)):
+        asking = set(work.to_verify)
+        for other in sorted(work.strangers - set(record.neighbors)):
+            if content_id(other) in asking:
+                continue
             # It holds this content as a neighbour but this content lost track of it: verify the pair again.
             out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
         for answer, facts in owed:
