@@ -8,36 +8,30 @@ import pytest
 HEAVY = ("numba", "numpy", "streamdedup.core.engine", "rocksdict", "aiokafka", "faust")
 
 
+def _loaded_after(args: list[str], modules: tuple[str, ...]) -> list[str]:
+    """Run the CLI with ``args`` in a fresh interpreter; return which of ``modules`` it imported."""
+    code = (
+        "import sys\n"
+        "from streamdedup.cli.main import app\n"
+        "try:\n"
+        f"    app({args!r})\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code in (0, None), exit.code\n"
+        f"print('loaded:' + ','.join(sorted(m for m in {modules!r} if m in sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("loaded:"), result.stdout
+    return [m for m in last.removeprefix("loaded:").split(",") if m]
+
+
 @pytest.mark.parametrize("args", [["--help"], ["config"], ["run", "--help"], ["worker", "--help"]])
 def test_a_command_that_runs_no_engine_imports_none_of_it(args):
-    code = (
-        "import sys\n"
-        "from streamdedup.cli.main import app\n"
-        "try:\n"
-        f"    app({args!r})\n"
-        "except SystemExit as exit:\n"
-        "    assert exit.code in (0, None), exit.code\n"
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert _loaded_after(args, HEAVY) == []
 
 
-@pytest.mark.parametrize("args", [["--help"]])
-def test_the_commands_help_reads_no_settings(args):
+def test_the_commands_help_reads_no_settings():
     # Settings (pydantic-settings) are read before a command runs (and its own --help), not for the list of them.
-    code = (
-        "import sys\n"
-        "from streamdedup.cli.main import app\n"
-        "try:\n"
-        f"    app({args!r})\n"
-        "except SystemExit as exit:\n"
-        "    assert exit.code in (0, None), exit.code\n"
-        "print('pydantic_settings' in sys.modules, 'streamdedup.settings' in sys.modules)\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert result.stdout.strip().splitlines()[-1] == "False False"
+    assert _loaded_after(["--help"], ("pydantic_settings", "streamdedup.settings")) == []
