@@ -261,7 +261,7 @@ def route(message: Message) -> tuple[str, str]:
         return "band", message.band_keys[0]
     stage, attribute = _ROUTES[type(message)]
     key: str = getattr(message, attribute)
-    return stage, key[:CONTENT_ID_CHARS] if stage == "content" else key
+    return stage, content_id(key) if stage == "content" else key
 
 
 def split(message: Message, partitions: int) -> list[tuple[str, int, Message]]:

@@ -20,7 +20,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from streamdedup.core.messages import CONTENT_ID_CHARS, BandAck, BandJoin, BandLeave, Message, Output
+from streamdedup.core.messages import (
+    CONTENT_ID_CHARS,
+    BandAck,
+    BandJoin,
+    BandLeave,
+    Message,
+    Output,
+    content_id,
+)
 from streamdedup.core.state import PartitionState
 
 if TYPE_CHECKING:
@@ -85,7 +93,7 @@ class BandStage:
         answers: dict[tuple[str, int], tuple[list[str], dict[bytes, int]]] = {}
         for message in messages:
             content_hash, epoch = message.content_hash, message.epoch  # type: ignore[union-attr]
-            member = bytes.fromhex(content_hash[:CONTENT_ID_CHARS])
+            member = bytes.fromhex(content_id(content_hash))
             if isinstance(message, BandJoin):
                 answered, counts = answers.setdefault((content_hash, epoch), ([], {}))
                 entry = member + epoch.to_bytes(4, "big")

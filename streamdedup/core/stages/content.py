@@ -44,6 +44,11 @@ from streamdedup.core.state import ContentIds, ContentRecord, PartitionState, Re
 __all__ = ["ContentStage"]
 
 
+def _by_id(message: Message) -> bool:
+    """Whether ``message`` is a verify request naming its receiver by content id (a band's candidate)."""
+    return isinstance(message, VerifyRequest) and len(message.content_hash) == CONTENT_ID_CHARS
+
+
 class ContentStage:
     """Handler of the ``content`` stage."""
 
@@ -67,7 +72,7 @@ class ContentStage:
         """Apply a batch of messages for one partition and emit what follows from them."""
         out: list[Message | Output] = []
         ids = Table(state, ContentIds)
-        if any(isinstance(m, VerifyRequest) and len(m.content_hash) == CONTENT_ID_CHARS for m in messages):
+        if any(_by_id(m) for m in messages):
             messages = self._resolve(messages, ids, out)
         table = Table(state, ContentRecord)
         table.prefetch(list(dict.fromkeys(m.content_hash for m in messages)))  # type: ignore[union-attr]
@@ -112,15 +117,10 @@ class ContentStage:
 
         An id no content here carries (none joined a band with it) is answered at once as a dead content.
         """
-        asked = [
-            id_key(m.content_hash)
-            for m in messages
-            if isinstance(m, VerifyRequest) and len(m.content_hash) == CONTENT_ID_CHARS
-        ]
-        ids.prefetch(list(dict.fromkeys(asked)))
+        ids.prefetch(list(dict.fromkeys(id_key(m.content_hash) for m in messages if _by_id(m))))  # type: ignore[union-attr]
         resolved: list[Message] = []
         for message in messages:
-            if not isinstance(message, VerifyRequest) or len(message.content_hash) != CONTENT_ID_CHARS:
+            if not isinstance(message, VerifyRequest) or not _by_id(message):
                 resolved.append(message)
                 continue
             found = ids.get(id_key(message.content_hash))
