@@ -20,6 +20,10 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("STREAMDEDUP_HYPOTHESIS_PROFILE", "ci"))
 
+# Haystack reads this when it is first imported (by the adapter's tests or its doctest) and, unless it is off,
+# writes a telemetry id into the home directory and reports pipeline runs.
+os.environ["HAYSTACK_TELEMETRY_ENABLED"] = "False"
+
 
 @pytest.fixture(scope="session")
 def engine() -> Engine:

@@ -207,11 +207,59 @@ def materialize(
     out: Annotated[
         str, typer.Option(help="Where to write the view as JSONL; '-' for standard output.")
     ] = "-",
+    into: Annotated[
+        Path | None,
+        typer.Option(help="Keep a local view (RocksDB) in this directory instead, for lookups and adapters."),
+    ] = None,
+    from_: Annotated[
+        Path | None,
+        typer.Option("--from", help="With --into: read an embedded run's output file instead of the topics."),
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="With --into: keep applying new records until interrupted.")
+    ] = False,
 ) -> None:
-    """Read the compacted output topics from the start and write the downstream view."""
-    from streamdedup.cli.kafka import materialize_command
+    """Write the downstream view: last value per key of the compacted outputs, tombstones applied.
 
-    _guard(lambda: materialize_command(_settings(ctx), out, err))
+    With --into, the view is a directory that later runs bring up to date from where they stopped.
+    """
+    if into is None:
+        if from_ is not None or follow:
+            err.print("[red]--from and --follow need --into DIR[/red]")
+            raise typer.Exit(2)
+        from streamdedup.cli.kafka import materialize_command
+
+        _guard(lambda: materialize_command(_settings(ctx), out, err))
+        return
+    from streamdedup.cli.materialize import materialize_into_command
+
+    _guard(lambda: materialize_into_command(_settings(ctx), into, from_, follow, err))
+
+
+@app.command(name="eval")
+def eval_(
+    ctx: typer.Context,
+    input: Annotated[
+        Path,
+        typer.Argument(help="JSONL file of input events (design §4), or a folder of documents.", exists=True),
+    ],
+    queries: Annotated[
+        Path | None,
+        typer.Option(help="Queries, one per line; default: generated from the corpus's headings."),
+    ] = None,
+    k: Annotated[int, typer.Option("--k", "-k", min=1, help="Results per query.")] = 5,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the figures as JSON here.")
+    ] = None,
+    collection: Annotated[
+        str | None, typer.Option(help="Collection of a folder's files (default: its name).")
+    ] = None,
+) -> None:
+    """Compare BM25 top-k over every chunk position with top-k over canonical chunks only."""
+    from streamdedup.cli.evaluate import eval_command
+
+    settings = _settings(ctx)
+    _guard(lambda: eval_command(settings, input, queries, k, json_out, err, collection=collection))
 
 
 @app.command()

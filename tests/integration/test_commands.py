@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from streamdedup.core.messages import Output
 from streamdedup.core.view import View
+from streamdedup.view import View as LocalView
 from tests.helpers import embedded_review_keys, run_embedded, unflagged
 from tests.integration.test_service import EXAMPLE, example_events
 
@@ -66,6 +69,50 @@ def test_produce_tail_and_materialize_commands(deployment, engine, tmp_path: Pat
     assert samples['streamdedup_merges_total{kind="exact"}'] >= 1
     near = samples.get('streamdedup_merges_total{kind="near"}', 0)
     assert near + samples["streamdedup_canonical_changes_total"] >= 1
+
+
+def folded(view: LocalView) -> View:
+    found = View()
+    view.refresh()
+    found.chunks = {c: value for c in view.chunk_ids() if (value := view.chunk(c)) is not None}
+    found.mappings = {s: value for s in view.source_ids() if (value := view.mapping(s)) is not None}
+    return found
+
+
+def test_materialize_into_a_directory_follows_the_topics(deployment, engine, tmp_path: Path):
+    deployment.start_worker()
+    into = tmp_path / "view"
+    follower = subprocess.Popen(
+        [sys.executable, "-m", "streamdedup.cli", "materialize", "--into", str(into), "--follow"],
+        env={**os.environ, **deployment.env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert cli(deployment, "produce", str(EXAMPLE)).returncode == 0
+        deployment.events.extend(example_events())
+        deployment.wait_until_idle()
+        expected = run_embedded(engine, example_events()).compacted(with_revision=False)
+        deadline = time.monotonic() + 180
+        while not (into / "db" / "CURRENT").exists():
+            assert follower.poll() is None and time.monotonic() < deadline, "the view was never created"
+            time.sleep(0.1)
+        with LocalView.open(into) as view:
+            while folded(view).compacted(with_revision=False) != expected:
+                assert follower.poll() is None, follower.stderr.read() if follower.stderr else ""
+                assert time.monotonic() < deadline, "the followed view never matched the embedded run's"
+                time.sleep(0.2)
+    finally:
+        follower.send_signal(signal.SIGTERM)
+        _, said = follower.communicate(timeout=120)
+    assert follower.returncode == 0, said
+    # Everything is applied: a second run reads from where the follower stopped and finds nothing new.
+    again = cli(deployment, "materialize", "--into", str(into))
+    assert again.returncode == 0, again.stderr
+    assert ": 0 records applied" in " ".join(again.stderr.split())
+    with LocalView.open(into) as view:
+        assert folded(view).compacted(with_revision=False) == expected
 
 
 def test_a_worker_refuses_other_dedup_parameters(deployment):

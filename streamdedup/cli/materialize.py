@@ -1,0 +1,144 @@
+"""``streamdedup materialize --into DIR``: keep a local view (:mod:`streamdedup.view`) in step with the outputs.
+
+The outputs are the ``canonical-chunks`` and ``source-mappings`` topics of a deployment, or an embedded run's JSONL
+output file (``--from FILE``). Without ``--follow`` the command stops once it has applied everything that was
+there when it started; with it, it keeps applying new records until interrupted. Either way a batch of records
+and the position it was read to are one write, so the next start continues exactly where this one stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+from rich.console import Console
+
+from streamdedup.core.view import COMPACTED_TOPICS
+from streamdedup.drivers.kafka.admin import KafkaUnavailableError, partitions_of
+from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
+from streamdedup.settings import Settings
+from streamdedup.view import OutputFile, ViewWriter
+
+__all__ = ["materialize_into_command", "materialize_topics"]
+
+_BATCH_RECORDS = 2000
+_POLL_MS = 500
+
+
+def materialize_into_command(
+    settings: Settings, into: Path, source: Path | None, follow: bool, console: Console
+) -> None:
+    """Bring the view in ``into`` up to date with ``source`` (a file) or the deployment's topics."""
+    with ViewWriter(into) as writer:
+        with console.status("materializing") as status:
+
+            def shown(total: int) -> None:
+                status.update(f"materializing: {total:,} records applied")
+
+            if source is not None:
+                reader = OutputFile(source, writer)
+                if follow:
+                    stop = threading.Event()
+                    with _stopping(stop.set):
+                        console.print(f"following {source} into {into} (Ctrl-C to stop)")
+                        reader.follow(stop, shown)
+                else:
+                    reader.catch_up(shown)
+            else:
+                asyncio.run(materialize_topics(settings, writer, follow=follow, on_batch=shown))
+        console.print(f"view in {into}: {writer.applied:,} records applied this run")
+
+
+@contextlib.contextmanager
+def _stopping(stop: Callable[[], None]) -> Iterator[None]:
+    """Call ``stop`` on SIGTERM or Ctrl-C instead of raising, so the last batch is written whole."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda *_: stop())
+    try:
+        yield None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+async def materialize_topics(
+    settings: Settings,
+    writer: ViewWriter,
+    *,
+    follow: bool = False,
+    on_batch: Callable[[int], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Apply the deployment's compacted output topics to ``writer`` from where it stopped.
+
+    Without ``follow``, return once every partition is read to the end it had at the start. With it, keep going
+    until ``stop`` is set (or SIGTERM / Ctrl-C), and pick up the topics once they exist.
+    """
+    names = TopicNames(settings.topic_prefix)
+    topics = {names.output(t): t for t in COMPACTED_TOPICS}
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+
+    found = await partitions_of(settings, topics)
+    while follow and len(found) < len(topics) and not stop.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+        found = await partitions_of(settings, topics)
+    partitions = [TopicPartition(topic, p) for topic, parts in sorted(found.items()) for p in parts]
+    if not partitions or stop.is_set():
+        return
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap_servers,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
+        fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+    )
+    try:
+        await consumer.start()
+    except KafkaError as exc:
+        raise KafkaUnavailableError(f"cannot reach Kafka at {settings.broker}: {exc}") from exc
+    try:
+        consumer.assign(partitions)
+        where = {tp: f"kafka:{tp.topic}:{tp.partition}" for tp in partitions}
+        for tp in partitions:
+            stored = writer.progress(where[tp])
+            if stored is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, int(stored))
+        ends = await consumer.end_offsets(partitions)
+        remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
+        while not stop.is_set() and (follow or remaining):
+            batches = await consumer.getmany(timeout_ms=_POLL_MS, max_records=_BATCH_RECORDS)
+            records: list[tuple[str, str, bytes | None]] = []
+            progress: dict[str, bytes] = {}
+            for tp, received in batches.items():
+                for record in received:
+                    if record.key is not None:
+                        records.append((topics[tp.topic], record.key.decode("utf-8"), record.value))
+                    progress[where[tp]] = str(record.offset + 1).encode()
+            if progress:
+                writer.apply(records, progress)
+                if on_batch is not None:
+                    on_batch(writer.applied)
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+    finally:
+        await consumer.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
