@@ -263,6 +263,34 @@ def eval_(
 
 
 @app.command()
+def calibrate(
+    ctx: typer.Context,
+    input: Annotated[
+        Path | None,
+        typer.Argument(help="JSONL file of input events, or a folder of documents.", exists=True),
+    ] = None,
+    state: Annotated[
+        Path | None, typer.Option(help="Calibrate on the texts of this state directory instead.")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Directory for the plots and index.html.")] = Path("calibration"),
+    samples: Annotated[
+        int, typer.Option(min=0, help="Sample pairs shown just above and just below the threshold.")
+    ] = 10,
+    collection: Annotated[
+        str | None, typer.Option(help="Collection of a folder's files (default: its name).")
+    ] = None,
+) -> None:
+    """Show what each threshold from 0.5 to 0.95 would merge and flag, with sample pairs, plots and a page."""
+    from streamdedup.cli.calibrate import calibrate_command
+
+    if (input is None) == (state is None):
+        err.print("[red]give exactly one of INPUT and --state[/red]")
+        raise typer.Exit(2)
+    settings = _settings(ctx)
+    _guard(lambda: calibrate_command(settings, input, state, out, samples, err, collection=collection))
+
+
+@app.command()
 def config(ctx: typer.Context) -> None:
     """Print the effective settings and the LSH banding they imply."""
     from streamdedup.cli.config import config_command
