@@ -302,7 +302,9 @@ def _guard(action: Any) -> None:
     try:
         action()
     except StreamDedupError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        from rich.markup import escape
+
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
 
 

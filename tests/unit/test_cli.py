@@ -107,3 +107,16 @@ def test_any_setting_can_be_set_for_one_command_and_a_wrong_name_is_named():
     assert "shingle_size │ 3 │" in text and "canonical_policy │ source_id,length │" in text
     wrong = run("--set", "treshold=0.9", "config")
     assert wrong.exit_code == 2 and "did you mean threshold" in " ".join(wrong.output.split())
+
+
+def test_an_error_is_printed_as_it_is_said_brackets_included(monkeypatch):
+    import streamdedup.cli.evaluate
+    from streamdedup.errors import ConfigurationError
+
+    def missing(*_args, **_kwargs):
+        raise ConfigurationError("retrieval figures need bm25s: pip install 'streamdedup[eval]'")
+
+    monkeypatch.setattr(streamdedup.cli.evaluate, "eval_command", missing)
+    result = run("eval", EXAMPLE)
+    assert result.exit_code == 1
+    assert "pip install 'streamdedup[eval]'" in " ".join(result.output.split())
