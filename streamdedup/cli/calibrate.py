@@ -20,7 +20,7 @@ import msgspec
 import rocksdict
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import DownloadColumn, MofNCompleteColumn, ProgressColumn, TaskID
+from rich.progress import MofNCompleteColumn, TaskID
 from rich.table import Table
 
 from streamdedup.calibration import (
@@ -39,14 +39,13 @@ from streamdedup.calibration import (
     word_diff,
 )
 from streamdedup.cli.progress import progress_bar
+from streamdedup.cli.run import feed_progress, input_feed
 from streamdedup.core.facts import fact_tokens
 from streamdedup.core.messages import Output
 from streamdedup.core.model import InputEvent
 from streamdedup.core.params import EngineParams, candidate_probability, describe_mismatch
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.state import ContentRecord
-from streamdedup.drivers.folder import FolderFeed
-from streamdedup.drivers.jsonl import JsonlFeed
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
 from streamdedup.settings import Settings
 from streamdedup.store.base import PARAMS_KEY
@@ -221,18 +220,8 @@ def _check_matplotlib() -> None:
 
 def _input_corpus(settings: Settings, source: Path, collection: str | None, console: Console) -> Corpus:
     """Cut INPUT into texts with the engine's stages, batch by batch as ``run`` does, with a progress bar."""
-    feed: JsonlFeed | FolderFeed
-    if source.is_dir():
-        feed = FolderFeed(
-            source,
-            collection or source.resolve().name,
-            default_acl=settings.folder_acl,
-            limits=settings.event_limits(),
-        )
-        column: ProgressColumn = MofNCompleteColumn()
-    else:
-        feed = JsonlFeed(source, settings.event_limits())
-        column = DownloadColumn()
+    feed = input_feed(settings, source, collection)
+    column = feed_progress(feed)
     letters = 0
     with progress_bar(console, column, label="calibrate") as progress:
         total, items = feed.open()

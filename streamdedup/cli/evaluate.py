@@ -16,10 +16,11 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
-from rich.progress import DownloadColumn, MofNCompleteColumn, ProgressColumn
+from rich.progress import MofNCompleteColumn, ProgressColumn
 from rich.table import Table
 
 from streamdedup.cli.progress import progress_bar
+from streamdedup.cli.run import feed_progress, input_feed
 from streamdedup.core.chunking import Chunk
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
@@ -30,8 +31,6 @@ from streamdedup.core.state import CollectionRecord
 from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.feeds import Feed, FeedItem, run_feed
-from streamdedup.drivers.folder import FolderFeed
-from streamdedup.drivers.jsonl import JsonlFeed
 from streamdedup.errors import StreamDedupError
 from streamdedup.evaluation import (
     MAX_GENERATED_QUERIES,
@@ -96,15 +95,8 @@ class _RecordingFeed:
 
 
 def _feed(settings: Settings, source: Path, collection: str | None) -> tuple[Feed, str, ProgressColumn]:
-    if source.is_dir():
-        folder = FolderFeed(
-            source,
-            collection or source.resolve().name,
-            default_acl=settings.folder_acl,
-            limits=settings.event_limits(),
-        )
-        return folder, str(source), MofNCompleteColumn()
-    return JsonlFeed(source, settings.event_limits()), source.name, DownloadColumn()
+    feed = input_feed(settings, source, collection)
+    return feed, str(source) if source.is_dir() else source.name, feed_progress(feed)
 
 
 def _run_engine(

@@ -15,13 +15,12 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka import TopicPartition
 from rich.console import Console
 
 from streamdedup.core.view import COMPACTED_TOPICS
-from streamdedup.drivers.kafka.admin import KafkaUnavailableError, partitions_of
-from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
+from streamdedup.drivers.kafka.admin import partitions_of, start_reader
+from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.settings import Settings
 from streamdedup.view import OutputFile, ViewWriter
 
@@ -98,18 +97,7 @@ async def materialize_topics(
     if not partitions or stop.is_set():
         return
 
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-        fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
-    )
-    try:
-        await consumer.start()
-    except KafkaError as exc:
-        raise KafkaUnavailableError(f"cannot reach Kafka at {settings.broker}: {exc}") from exc
+    consumer = await start_reader(settings)
     try:
         consumer.assign(partitions)
         where = {tp: f"kafka:{tp.topic}:{tp.partition}" for tp in partitions}

@@ -12,7 +12,7 @@ from types import FrameType
 
 import watchfiles
 from rich.console import Console
-from rich.progress import DownloadColumn, MofNCompleteColumn
+from rich.progress import DownloadColumn, MofNCompleteColumn, ProgressColumn
 from rich.table import Table
 
 from streamdedup.cli.progress import progress_bar
@@ -48,6 +48,23 @@ def _opened(settings: Settings, state: Path, out: str) -> Iterator[tuple[Embedde
         store.close()
 
 
+def input_feed(settings: Settings, source: Path, collection: str | None) -> JsonlFeed | FolderFeed:
+    """Return the feed of INPUT as every command reads it: a JSONL file of events, or a folder of documents."""
+    if source.is_dir():
+        return FolderFeed(
+            source,
+            collection or source.resolve().name,
+            default_acl=settings.folder_acl,
+            limits=settings.event_limits(),
+        )
+    return JsonlFeed(source, settings.event_limits())
+
+
+def feed_progress(feed: JsonlFeed | FolderFeed) -> ProgressColumn:
+    """Return how a feed's progress is counted: files of a folder, bytes of a file."""
+    return MofNCompleteColumn() if isinstance(feed, FolderFeed) else DownloadColumn()
+
+
 def run_command(
     settings: Settings,
     source: Path,
@@ -70,12 +87,8 @@ def run_command(
             )
             counters = runner.counters
     else:
-        feed = FolderFeed(
-            source,
-            collection or source.resolve().name,
-            default_acl=settings.folder_acl,
-            limits=settings.event_limits(),
-        )
+        feed = input_feed(settings, source, collection)
+        assert isinstance(feed, FolderFeed)
         report = RunReport()
         with _opened(settings, state, out) as (runner, sink):
             feed.load(runner.store.get_meta(feed.meta_key))

@@ -27,6 +27,7 @@ __all__ = [
     "ensure_topics",
     "partitions_of",
     "read_to_end",
+    "start_reader",
 ]
 
 logger = logging.getLogger(__name__)
@@ -148,10 +149,8 @@ async def consumer_lag(settings: Settings, topics: Iterable[str]) -> int:
         await admin.close()
 
 
-async def read_to_end(
-    settings: Settings, topics: Iterable[str], *, group_id: str | None = None
-) -> AsyncIterator[tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, bytes]]]]:
-    """Yield ``(topic, partition, offset, key, value, headers)`` from the start of each topic to its current end."""
+async def start_reader(settings: Settings, *, group_id: str | None = None) -> AIOKafkaConsumer:
+    """Return a started consumer that reads from the earliest offset and commits nothing by itself."""
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.bootstrap_servers,
         group_id=group_id,
@@ -164,6 +163,14 @@ async def read_to_end(
         await consumer.start()
     except KafkaError as exc:
         raise KafkaUnavailableError(f"cannot reach Kafka at {settings.broker}: {exc}") from exc
+    return consumer
+
+
+async def read_to_end(
+    settings: Settings, topics: Iterable[str], *, group_id: str | None = None
+) -> AsyncIterator[tuple[str, int, int, bytes | None, bytes | None, list[tuple[str, bytes]]]]:
+    """Yield ``(topic, partition, offset, key, value, headers)`` from the start of each topic to its current end."""
+    consumer = await start_reader(settings, group_id=group_id)
     try:
         found = await partitions_of(settings, topics)
         partitions = [TopicPartition(topic, p) for topic, parts in found.items() for p in parts]
