@@ -14,6 +14,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from aiokafka import TopicPartition
 from rich.console import Console
@@ -24,7 +25,7 @@ from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.settings import Settings
 from streamdedup.view import OutputFile, ViewWriter
 
-__all__ = ["materialize_into_command", "materialize_topics"]
+__all__ = ["Applier", "materialize_into_command", "materialize_topics"]
 
 _BATCH_RECORDS = 2000
 _POLL_MS = 500
@@ -67,9 +68,21 @@ def _stopping(stop: Callable[[], None]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+class Applier(Protocol):
+    """What the compacted outputs are applied to: a view, or an index writer with its view."""
+
+    def progress(self, where: str) -> bytes | None:
+        """Return how far the input named ``where`` was applied."""
+        ...
+
+    def apply(self, records: list[tuple[str, str, bytes | None]], progress: dict[str, bytes]) -> object:
+        """Apply records and record how far each input was read, atomically."""
+        ...
+
+
 async def materialize_topics(
     settings: Settings,
-    writer: ViewWriter,
+    writer: Applier,
     *,
     follow: bool = False,
     on_batch: Callable[[int], None] | None = None,
@@ -109,6 +122,7 @@ async def materialize_topics(
                 consumer.seek(tp, int(stored))
         ends = await consumer.end_offsets(partitions)
         remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
+        applied = 0
         while not stop.is_set() and (follow or remaining):
             batches = await consumer.getmany(timeout_ms=_POLL_MS, max_records=_BATCH_RECORDS)
             records: list[tuple[str, str, bytes | None]] = []
@@ -120,8 +134,9 @@ async def materialize_topics(
                     progress[where[tp]] = str(record.offset + 1).encode()
             if progress:
                 writer.apply(records, progress)
+                applied += len(records)
                 if on_batch is not None:
-                    on_batch(writer.applied)
+                    on_batch(applied)
             for tp in list(remaining):
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
