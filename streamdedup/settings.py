@@ -150,6 +150,20 @@ class Settings(BaseSettings):
         None, description="Testing only: 'point:n' kills the worker the n-th time it passes a fault point."
     )
     commit_interval: float = Field(1.0, gt=0, description="Seconds between consumer offset commits.")
+    embedder: str = Field(
+        "onnx",
+        description="Embedding provider of 'index': 'onnx' (all-MiniLM-L6-v2 int8, offline), "
+        "'sentence-transformers:<model path or name>' or 'callable:<module>:<attribute>'.",
+    )
+    semantic_threshold: float = Field(
+        0.92,
+        gt=0,
+        le=1,
+        description="Cosine at or above which 'index' flags two canonical texts as semantic.",
+    )
+    index_port: int | None = Field(
+        None, ge=1, le=65535, description="Port of the /metrics page of 'index --follow' (none by default)."
+    )
 
     @property
     def bootstrap_servers(self) -> str:

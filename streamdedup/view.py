@@ -16,19 +16,25 @@ Records and their read position are written in one RocksDB write batch, so a vie
 continues where it stopped, and applies no record twice. A reader in another process opens the view as a RocksDB
 secondary instance while ``materialize --follow`` writes it, and :meth:`View.refresh` catches up.
 
+Writing is in two phases, for a program that keeps something else in step with the view (an index writer):
+:meth:`ViewWriter.stage` computes a batch's changes without writing them and returns them as :class:`Pending`,
+whose lookups answer as the view will once they are committed; :meth:`ViewWriter.commit` writes them with the read
+position (and the program's own *extras*) in one write batch. :meth:`ViewWriter.apply` does both at once.
+
 Keys, in one column family: ``c\\0<chunk_id>`` and ``m\\0<source_id>`` hold the records as JSON;
 ``x\\0<chunk_id>\\0<source_id>`` the positions of a source that map to a chunk; ``s\\0<source_id>`` what the
-chunk records say of a source; ``p\\0<where>`` how far each input was read.
+chunk records say of a source; ``p\\0<where>`` how far each input was read; ``e\\0<name>`` the extras.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import rocksdict
@@ -38,7 +44,7 @@ from streamdedup.core.view import COMPACTED_TOPICS
 from streamdedup.errors import StateError
 from streamdedup.retrieval import Citation
 
-__all__ = ["FORMAT", "OutputFile", "View", "ViewWriter", "build_view"]
+__all__ = ["FORMAT", "Applier", "OutputFile", "Pending", "Record", "View", "ViewWriter", "build_view"]
 
 #: The layout version of a view directory; a view of another layout is refused rather than misread.
 FORMAT = b"1"
@@ -48,10 +54,14 @@ _MAPPING = b"m\0"
 _INDEX = b"x\0"
 _SOURCE = b"s\0"
 _PROGRESS = b"p\0"
+_EXTRA = b"e\0"
 _SEP = b"\0"
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
+
+#: An output record as a view applies it: ``(topic, key, value JSON or None)``.
+Record = tuple[str, str, bytes | None]
 
 
 def _options() -> rocksdict.Options:
@@ -76,7 +86,87 @@ def _scan(db: rocksdict.Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         cursor.next()
 
 
-class View:
+class _Lookups:
+    """The lookups of a view, over point reads and prefix scans that a subclass provides."""
+
+    def _get(self, key: bytes) -> bytes | None:
+        raise NotImplementedError
+
+    def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        raise NotImplementedError
+
+    def _json(self, key: bytes) -> dict[str, Any] | None:
+        raw = self._get(key)
+        if raw is None:
+            return None
+        value: dict[str, Any] = _decoder.decode(raw)
+        return value
+
+    def chunk(self, chunk_id: str) -> dict[str, Any] | None:
+        """Return the ``canonical-chunks`` value of ``chunk_id``, or None when there is no such live chunk."""
+        return self._json(_CHUNK + chunk_id.encode())
+
+    def mapping(self, source_id: str) -> dict[str, Any] | None:
+        """Return the ``source-mappings`` value of ``source_id``, or None when the source is not live."""
+        return self._json(_MAPPING + source_id.encode())
+
+    def chunks_of(self, source_id: str) -> list[str]:
+        """Return the chunk ids of a source's positions, in position order, each once."""
+        mapping = self.mapping(source_id)
+        if mapping is None:
+            return []
+        ordered = sorted(mapping["chunks"], key=lambda c: int(c["position"]))
+        return list(dict.fromkeys(str(c["chunk_id"]) for c in ordered))
+
+    def sources_of(self, chunk_id: str) -> list[Citation]:
+        """Return every source with a position mapped to ``chunk_id``, sorted by source id."""
+        prefix = _INDEX + chunk_id.encode() + _SEP
+        found: list[Citation] = []
+        for key, value in self._prefixed(prefix):
+            source_id = key[len(prefix) :].decode()
+            about = self._json(_SOURCE + source_id.encode()) or {}
+            found.append(
+                Citation(
+                    source_id=source_id,
+                    positions=tuple(_decoder.decode(value)),
+                    uri=about.get("uri"),
+                    title=about.get("title"),
+                    modified_at=about.get("modified_at"),
+                    acl=None if about.get("acl") is None else tuple(about["acl"]),
+                )
+            )
+        return found
+
+    def index_fields(self, chunk_id: str) -> dict[str, Any] | None:
+        """Return what an index writer stores for a chunk, so a search engine can collapse and filter by itself.
+
+        ``chunk_id`` is single-valued (collapse or group by it), ``source_ids`` and ``acl`` are multi-valued
+        (filter by the caller's principals with a terms query); ``source_ids`` is complete, however many copies
+        the text has. None when the chunk is not live.
+        """
+        value = self.chunk(chunk_id)
+        if value is None:
+            return None
+        return {
+            "chunk_id": chunk_id,
+            "text": value["text"],
+            "content_hash": value["content_hash"],
+            "source_ids": [c.source_id for c in self.sources_of(chunk_id)],
+            "acl": list(value["acl"]),
+        }
+
+    def chunk_ids(self) -> Iterator[str]:
+        """Yield the id of every live chunk, in id order."""
+        for key, _ in self._prefixed(_CHUNK):
+            yield key[len(_CHUNK) :].decode()
+
+    def source_ids(self) -> Iterator[str]:
+        """Yield the id of every live source, in id order."""
+        for key, _ in self._prefixed(_MAPPING):
+            yield key[len(_MAPPING) :].decode()
+
+
+class View(_Lookups):
     """A materialized view directory, opened for reading (or for writing by :class:`ViewWriter`).
 
     A reader is a RocksDB secondary instance: it does not lock the directory, so it can be opened while
@@ -140,79 +230,102 @@ class View:
         value = self._db.get(key)
         return None if value is None else bytes(value)
 
-    def _json(self, key: bytes) -> dict[str, Any] | None:
-        raw = self._get(key)
-        if raw is None:
-            return None
-        value: dict[str, Any] = _decoder.decode(raw)
-        return value
-
-    def chunk(self, chunk_id: str) -> dict[str, Any] | None:
-        """Return the ``canonical-chunks`` value of ``chunk_id``, or None when there is no such live chunk."""
-        return self._json(_CHUNK + chunk_id.encode())
-
-    def mapping(self, source_id: str) -> dict[str, Any] | None:
-        """Return the ``source-mappings`` value of ``source_id``, or None when the source is not live."""
-        return self._json(_MAPPING + source_id.encode())
-
-    def chunks_of(self, source_id: str) -> list[str]:
-        """Return the chunk ids of a source's positions, in position order, each once."""
-        mapping = self.mapping(source_id)
-        if mapping is None:
-            return []
-        ordered = sorted(mapping["chunks"], key=lambda c: int(c["position"]))
-        return list(dict.fromkeys(str(c["chunk_id"]) for c in ordered))
-
-    def sources_of(self, chunk_id: str) -> list[Citation]:
-        """Return every source with a position mapped to ``chunk_id``, sorted by source id."""
-        prefix = _INDEX + chunk_id.encode() + _SEP
-        found: list[Citation] = []
-        for key, value in _scan(self._db, prefix):
-            source_id = key[len(prefix) :].decode()
-            about = self._json(_SOURCE + source_id.encode()) or {}
-            found.append(
-                Citation(
-                    source_id=source_id,
-                    positions=tuple(_decoder.decode(value)),
-                    uri=about.get("uri"),
-                    title=about.get("title"),
-                    modified_at=about.get("modified_at"),
-                    acl=None if about.get("acl") is None else tuple(about["acl"]),
-                )
-            )
-        return found
-
-    def index_fields(self, chunk_id: str) -> dict[str, Any] | None:
-        """Return what an index writer stores for a chunk, so a search engine can collapse and filter by itself.
-
-        ``chunk_id`` is single-valued (collapse or group by it), ``source_ids`` and ``acl`` are multi-valued
-        (filter by the caller's principals with a terms query); ``source_ids`` is complete, however many copies
-        the text has. None when the chunk is not live.
-        """
-        value = self.chunk(chunk_id)
-        if value is None:
-            return None
-        return {
-            "chunk_id": chunk_id,
-            "text": value["text"],
-            "content_hash": value["content_hash"],
-            "source_ids": [c.source_id for c in self.sources_of(chunk_id)],
-            "acl": list(value["acl"]),
-        }
-
-    def chunk_ids(self) -> Iterator[str]:
-        """Yield the id of every live chunk, in id order."""
-        for key, _ in _scan(self._db, _CHUNK):
-            yield key[len(_CHUNK) :].decode()
-
-    def source_ids(self) -> Iterator[str]:
-        """Yield the id of every live source, in id order."""
-        for key, _ in _scan(self._db, _MAPPING):
-            yield key[len(_MAPPING) :].decode()
+    def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return _scan(self._db, prefix)
 
     def progress(self, where: str) -> bytes | None:
         """Return how far the input named ``where`` was read, as its writer recorded it."""
         return self._get(_PROGRESS + where.encode())
+
+    def extra(self, name: str) -> bytes | None:
+        """Return the extra named ``name`` that the view's writer stored with it, or None."""
+        return self._get(_EXTRA + name.encode())
+
+    def extras(self, names: Sequence[str]) -> list[bytes | None]:
+        """Return the extras named ``names``, in order (None for a missing one), with one multi-get."""
+        if not names:
+            return []
+        found = self._db.get([_EXTRA + name.encode() for name in names]) or []
+        return [None if value is None else bytes(value) for value in found]
+
+
+class Pending(_Lookups):
+    """A batch's changes to a view, staged by :meth:`ViewWriter.stage` and not yet written.
+
+    Its lookups answer as the view will once the changes are committed. ``chunks_touched`` holds every chunk id
+    whose record or sources the batch may have changed: the key of each ``canonical-chunks`` record, and every
+    chunk id that a ``source-mappings`` record names in its value or that the source's previous mapping named.
+    ``sources_touched`` holds the key of each ``source-mappings`` record. ``count`` is the number of records
+    staged (records of other topics are skipped and not counted).
+    """
+
+    def __init__(self, base: ViewWriter, generation: int) -> None:
+        self._base = base
+        self._generation = generation
+        self._changes: dict[bytes, bytes | None] = {}
+        self._sorted: list[bytes] | None = None
+        self.chunks_touched: set[str] = set()
+        self.sources_touched: set[str] = set()
+        self.count = 0
+
+    def _get(self, key: bytes) -> bytes | None:
+        if key in self._changes:
+            return self._changes[key]
+        return self._base._get(key)
+
+    def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        if self._sorted is None:
+            self._sorted = sorted(self._changes)
+        start = bisect.bisect_left(self._sorted, prefix)
+        changed: dict[bytes, bytes | None] = {}
+        for key in self._sorted[start:]:
+            if not key.startswith(prefix):
+                break
+            changed[key] = self._changes[key]
+        if not changed:
+            return self._base._prefixed(prefix)
+        merged = {key: value for key, value in self._base._prefixed(prefix) if key not in changed}
+        merged.update((key, value) for key, value in changed.items() if value is not None)
+        return iter(sorted(merged.items()))
+
+    def _stage(self, records: Iterable[Record]) -> None:
+        for topic, key, value in records:
+            if topic == "canonical-chunks":
+                self._stage_chunk(key, value)
+            elif topic == "source-mappings":
+                self._stage_mapping(key, value)
+            else:
+                continue
+            self.count += 1
+
+    def _stage_chunk(self, chunk_id: str, value: bytes | None) -> None:
+        self._changes[_CHUNK + chunk_id.encode()] = value
+        self.chunks_touched.add(chunk_id)
+        if value is None:
+            return
+        for source in _decoder.decode(value).get("sources", ()):
+            about = {name: source.get(name) for name in ("uri", "title", "modified_at", "acl")}
+            self._changes[_SOURCE + str(source["source_id"]).encode()] = _encoder.encode(about)
+
+    def _stage_mapping(self, source_id: str, value: bytes | None) -> None:
+        key = _MAPPING + source_id.encode()
+        tail = _SEP + source_id.encode()
+        self.sources_touched.add(source_id)
+        old = self._get(key)
+        if old is not None:
+            for chunk_id in {str(c["chunk_id"]) for c in _decoder.decode(old)["chunks"]}:
+                self._changes[_INDEX + chunk_id.encode() + tail] = None
+                self.chunks_touched.add(chunk_id)
+        self._changes[key] = value
+        if value is None:
+            self._changes[_SOURCE + source_id.encode()] = None
+            return
+        positions: dict[str, list[int]] = {}
+        for chunk in _decoder.decode(value)["chunks"]:
+            positions.setdefault(str(chunk["chunk_id"]), []).append(int(chunk["position"]))
+        for chunk_id, numbers in positions.items():
+            self._changes[_INDEX + chunk_id.encode() + tail] = _encoder.encode(sorted(numbers))
+            self.chunks_touched.add(chunk_id)
 
 
 class ViewWriter(View):
@@ -229,72 +342,76 @@ class ViewWriter(View):
         if db.get(_FORMAT_KEY) is None:
             db.put(_FORMAT_KEY, FORMAT)
         self.applied = 0
+        self._generation = 0
 
     def __enter__(self) -> ViewWriter:
         return self
 
-    def apply(self, records: Iterable[tuple[str, str, bytes | None]], progress: Mapping[str, bytes]) -> int:
+    def apply(self, records: Iterable[Record], progress: Mapping[str, bytes]) -> int:
         """Apply ``(topic, key, value JSON or None)`` records and record ``progress``, all in one write batch.
 
         Topics other than the compacted ones are skipped. Returns how many records were applied.
         """
-        pending: dict[bytes, bytes | None] = {}
+        return self.commit(self.stage(records), progress)
 
-        def read(key: bytes) -> bytes | None:
-            return pending[key] if key in pending else self._get(key)
+    def stage(self, records: Iterable[Record]) -> Pending:
+        """Compute what ``(topic, key, value JSON or None)`` records change, without writing anything.
 
-        count = 0
-        for topic, key, value in records:
-            if topic == "canonical-chunks":
-                self._apply_chunk(key, value, pending)
-            elif topic == "source-mappings":
-                self._apply_mapping(key, value, pending, read)
-            else:
-                continue
-            count += 1
+        Records are staged in order, each over the ones before it. Topics other than the compacted ones are
+        skipped.
+        """
+        pending = Pending(self, self._generation)
+        pending._stage(records)
+        return pending
+
+    def commit(
+        self,
+        pending: Pending,
+        progress: Mapping[str, bytes],
+        *,
+        extras: Mapping[str, bytes] | None = None,
+    ) -> int:
+        """Write staged changes, ``progress`` and ``extras`` in one write batch; return how many records it applied.
+
+        A batch staged before another commit was computed over a view that has changed since, and is refused.
+        """
+        if pending._base is not self or pending._generation != self._generation:
+            raise StateError("these changes were staged over an earlier state of the view; stage them again")
         batch = rocksdict.WriteBatch(raw_mode=True)
-        for address, change in pending.items():
+        for address, change in pending._changes.items():
             if change is None:
                 batch.delete(address)
             else:
                 batch.put(address, change)
         for where, position in progress.items():
             batch.put(_PROGRESS + where.encode(), position)
+        for name, value in (extras or {}).items():
+            batch.put(_EXTRA + name.encode(), value)
         self._db.write(batch)
-        self.applied += count
-        return count
+        self._generation += 1
+        self.applied += pending.count
+        return pending.count
 
-    @staticmethod
-    def _apply_chunk(chunk_id: str, value: bytes | None, pending: dict[bytes, bytes | None]) -> None:
-        pending[_CHUNK + chunk_id.encode()] = value
-        if value is None:
+    def put_extras(self, extras: Mapping[str, bytes]) -> None:
+        """Store extras at once, in one write batch of their own (records and positions are not touched)."""
+        if not extras:
             return
-        for source in _decoder.decode(value).get("sources", ()):
-            about = {name: source.get(name) for name in ("uri", "title", "modified_at", "acl")}
-            pending[_SOURCE + str(source["source_id"]).encode()] = _encoder.encode(about)
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for name, value in extras.items():
+            batch.put(_EXTRA + name.encode(), value)
+        self._db.write(batch)
 
-    @staticmethod
-    def _apply_mapping(
-        source_id: str,
-        value: bytes | None,
-        pending: dict[bytes, bytes | None],
-        read: Callable[[bytes], bytes | None],
-    ) -> None:
-        key = _MAPPING + source_id.encode()
-        tail = _SEP + source_id.encode()
-        old = read(key)
-        if old is not None:
-            for chunk_id in {str(c["chunk_id"]) for c in _decoder.decode(old)["chunks"]}:
-                pending[_INDEX + chunk_id.encode() + tail] = None
-        pending[key] = value
-        if value is None:
-            pending[_SOURCE + source_id.encode()] = None
-            return
-        positions: dict[str, list[int]] = {}
-        for chunk in _decoder.decode(value)["chunks"]:
-            positions.setdefault(str(chunk["chunk_id"]), []).append(int(chunk["position"]))
-        for chunk_id, numbers in positions.items():
-            pending[_INDEX + chunk_id.encode() + tail] = _encoder.encode(sorted(numbers))
+
+class Applier(Protocol):
+    """What :class:`OutputFile` applies records to: a :class:`ViewWriter`, or a program that keeps one."""
+
+    def progress(self, where: str) -> bytes | None:
+        """Return how far the input named ``where`` was applied."""
+        ...
+
+    def apply(self, records: list[Record], progress: dict[str, bytes]) -> object:
+        """Apply records and record how far each input was read, atomically."""
+        ...
 
 
 class OutputFile:
@@ -302,10 +419,11 @@ class OutputFile:
 
     The view records the byte offset after the last whole line it applied, with the file's identity; a line still
     being written (no newline yet) waits for the next read. A file that shrank below that offset, or another file
-    at the same path, is refused: its records are not the ones the view holds.
+    at the same path, is refused: its records are not the ones the view holds. ``writer`` is a
+    :class:`ViewWriter`, or anything that applies records with their position as it does (an index writer).
     """
 
-    def __init__(self, path: Path, writer: ViewWriter, *, batch_lines: int = 1000) -> None:
+    def __init__(self, path: Path, writer: Applier, *, batch_lines: int = 1000) -> None:
         self.path = path
         self.writer = writer
         self.batch_lines = batch_lines
@@ -334,7 +452,7 @@ class OutputFile:
         with self.path.open("rb") as handle:
             handle.seek(offset)
             while True:
-                records: list[tuple[str, str, bytes | None]] = []
+                records: list[Record] = []
                 while len(records) < self.batch_lines:
                     line = handle.readline()
                     if not line.endswith(b"\n"):
@@ -345,7 +463,8 @@ class OutputFile:
                 if not records:
                     return total
                 mark = json.dumps({"inode": inode, "offset": offset}).encode()
-                total += self.writer.apply(records, {self._where: mark})
+                self.writer.apply(records, {self._where: mark})
+                total += sum(topic in COMPACTED_TOPICS for topic, _, _ in records)
                 if on_batch is not None:
                     on_batch(total)
                 handle.seek(offset)
@@ -357,7 +476,7 @@ class OutputFile:
             self.catch_up(on_batch)
 
 
-def _record(line: bytes, path: Path, end: int) -> tuple[str, str, bytes | None]:
+def _record(line: bytes, path: Path, end: int) -> Record:
     try:
         item = _decoder.decode(line)
         topic, key, value = item["topic"], item["key"], item["value"]

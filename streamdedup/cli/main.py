@@ -236,6 +236,36 @@ def materialize(
     _guard(lambda: materialize_into_command(_settings(ctx), into, from_, follow, err))
 
 
+@app.command()
+def index(
+    ctx: typer.Context,
+    into: Annotated[str, typer.Option(help="The vector database: lancedb://DIR.")],
+    from_: Annotated[
+        Path | None,
+        typer.Option("--from", help="Read an embedded run's output file instead of the topics.", exists=True),
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep indexing new records until interrupted.")
+    ] = False,
+    state: Annotated[
+        Path | None,
+        typer.Option(help="The writer's own directory (view, vectors, position); default DIR/_writer."),
+    ] = None,
+    reviews: Annotated[
+        Path | None,
+        typer.Option(help="With --from: append semantic flags here (default: to the output file itself)."),
+    ] = None,
+) -> None:
+    """Keep a vector database in step with the outputs: each distinct text embedded once, semantic flags raised."""
+    from streamdedup.cli.index import index_command
+
+    if reviews is not None and from_ is None:
+        err.print("[red]--reviews needs --from FILE (from the topics, flags go to the review topic)[/red]")
+        raise typer.Exit(2)
+    settings = _settings(ctx)
+    _guard(lambda: index_command(settings, into, state, from_, follow, reviews, err))
+
+
 @app.command(name="eval")
 def eval_(
     ctx: typer.Context,

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol
 
 from aiokafka import TopicPartition
 from rich.console import Console
@@ -23,11 +23,10 @@ from streamdedup.core.view import COMPACTED_TOPICS
 from streamdedup.drivers.kafka.admin import partitions_of, start_reader
 from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.settings import Settings
-from streamdedup.view import OutputFile, ViewWriter
+from streamdedup.view import Applier, OutputFile, ViewWriter
 
-__all__ = ["Applier", "materialize_into_command", "materialize_topics"]
+__all__ = ["materialize_into_command", "materialize_topics", "stopping"]
 
-_BATCH_RECORDS = 2000
 _POLL_MS = 500
 
 
@@ -45,7 +44,7 @@ def materialize_into_command(
                 reader = OutputFile(source, writer)
                 if follow:
                     stop = threading.Event()
-                    with _stopping(stop.set):
+                    with stopping(stop.set):
                         console.print(f"following {source} into {into} (Ctrl-C to stop)")
                         reader.follow(stop, shown)
                 else:
@@ -56,7 +55,7 @@ def materialize_into_command(
 
 
 @contextlib.contextmanager
-def _stopping(stop: Callable[[], None]) -> Iterator[None]:
+def stopping(stop: Callable[[], None]) -> Iterator[None]:
     """Call ``stop`` on SIGTERM or Ctrl-C instead of raising, so the last batch is written whole."""
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     for sig in previous:
@@ -66,18 +65,6 @@ def _stopping(stop: Callable[[], None]) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-class Applier(Protocol):
-    """What the compacted outputs are applied to: a view, or an index writer with its view."""
-
-    def progress(self, where: str) -> bytes | None:
-        """Return how far the input named ``where`` was applied."""
-        ...
-
-    def apply(self, records: list[tuple[str, str, bytes | None]], progress: dict[str, bytes]) -> object:
-        """Apply records and record how far each input was read, atomically."""
-        ...
 
 
 async def materialize_topics(
@@ -124,7 +111,7 @@ async def materialize_topics(
         remaining = {tp for tp in partitions if await consumer.position(tp) < ends[tp]}
         applied = 0
         while not stop.is_set() and (follow or remaining):
-            batches = await consumer.getmany(timeout_ms=_POLL_MS, max_records=_BATCH_RECORDS)
+            batches = await consumer.getmany(timeout_ms=_POLL_MS, max_records=settings.fetch_records)
             records: list[tuple[str, str, bytes | None]] = []
             progress: dict[str, bytes] = {}
             for tp, received in batches.items():
@@ -133,7 +120,9 @@ async def materialize_topics(
                         records.append((topics[tp.topic], record.key.decode("utf-8"), record.value))
                     progress[where[tp]] = str(record.offset + 1).encode()
             if progress:
-                writer.apply(records, progress)
+                done = writer.apply(records, progress)
+                if inspect.isawaitable(done):
+                    await done
                 applied += len(records)
                 if on_batch is not None:
                     on_batch(applied)

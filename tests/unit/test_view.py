@@ -230,3 +230,47 @@ def test_the_materialize_command_keeps_a_view_from_an_output_file(outputs: Path,
         assert sorted(view.chunk_ids()) == sorted(fold(outputs).chunks)
     wrong = runner.invoke(app, ["materialize", "--follow"])
     assert wrong.exit_code == 2 and "need --into" in wrong.output
+
+
+def test_staged_changes_are_seen_by_their_lookups_and_written_only_when_committed(tmp_path: Path):
+    with ViewWriter(tmp_path / "view") as view:
+        view.apply([("source-mappings", "s1", mapping("s1", A)), ("canonical-chunks", A, chunk(A, "s1"))], {})
+        pending = view.stage(
+            [
+                ("source-mappings", "s1", mapping("s1", B)),
+                ("canonical-chunks", B, chunk(B, "s1")),
+                ("audit", A, b"{}"),
+            ]
+        )
+        assert pending.count == 2
+        assert pending.chunks_touched == {A, B}  # A from the mapping it replaces, B from both records
+        assert pending.sources_touched == {"s1"}
+        assert [c.source_id for c in pending.sources_of(B)] == ["s1"] and pending.sources_of(A) == []
+        assert pending.chunks_of("s1") == [B] and sorted(pending.chunk_ids()) == [A, B]
+        # Nothing is written yet: the view still answers as before.
+        assert [c.source_id for c in view.sources_of(A)] == ["s1"] and view.sources_of(B) == []
+        assert view.progress("input") is None
+        assert view.commit(pending, {"input": b"7"}, extras={"counters": b"{}"}) == 2
+        assert view.sources_of(A) == [] and [c.source_id for c in view.sources_of(B)] == ["s1"]
+        assert view.progress("input") == b"7" and view.extra("counters") == b"{}"
+        assert view.applied == 4
+
+
+def test_changes_staged_over_an_earlier_state_are_refused(tmp_path: Path):
+    with ViewWriter(tmp_path / "view") as view:
+        first = view.stage([("source-mappings", "s1", mapping("s1", A))])
+        second = view.stage([("source-mappings", "s1", mapping("s1", B))])
+        view.commit(first, {})
+        with pytest.raises(StateError, match="stage them again"):
+            view.commit(second, {})
+        assert view.chunks_of("s1") == [A]
+
+
+def test_extras_are_kept_apart_from_the_records(tmp_path: Path):
+    with ViewWriter(tmp_path / "view") as view:
+        view.put_extras({"vector:x": b"\x00\x01", "other": b"2"})
+        view.apply([("canonical-chunks", A, chunk(A, "s1"))], {})
+        assert view.extras(["vector:x", "missing", "other"]) == [b"\x00\x01", None, b"2"]
+        assert list(view.chunk_ids()) == [A] and list(view.source_ids()) == []
+    with View.open(tmp_path / "view") as reader:
+        assert reader.extra("other") == b"2" and reader.extras([]) == []

@@ -1,0 +1,503 @@
+"""The index writer: keeps a vector database in step with the outputs, embedding each distinct text once.
+
+:class:`IndexWriter` takes output records in their order, as :meth:`streamdedup.view.ViewWriter.apply` does, and
+keeps two things in step with them: a view in its directory (the layout of ``materialize --into``, so the view's
+readers and :class:`~streamdedup.retrieval.SafetyNet` can use it), and a :class:`~streamdedup.index.sink.Sink`
+holding one row per live chunk: the chunk's text, its vector, every source (``source_ids``, complete: a chunk
+record lists at most 100 sources, the view has them all), its readers, the canonical source's ``modified_at``.
+
+**What a batch does to a chunk.** A chunk is touched by a batch when a ``canonical-chunks`` record names it, or a
+``source-mappings`` record names it in its new value or in the source's previous mapping. A touched chunk that is
+gone, or that no live source maps to, has no row; one whose text (content hash) the row already has gets its
+other fields set in place (a *metadata-only update*) when they changed, nothing when they did not; one with a new
+text gets a row with its vector. A text's vector comes from the writer's vector cache (by content hash) if it was
+ever embedded, from the embedder otherwise: so the embedder sees each distinct text once in the writer's life,
+and an ACL change, a replayed record or a text that comes back after its deletion costs no embedding.
+
+**Order of writes, and crashes.** For each batch: (1) the view's changes are staged, not written
+(:meth:`~streamdedup.view.ViewWriter.stage`); (2) texts never embedded are embedded, in one call, and their vectors
+written to the cache at once (one write batch of their own); (3) the sink is written: rows with vectors, then
+metadata-only updates, then deletions; (4) semantic neighbours are searched, and the flags handed to the caller's
+``deliver``; (5) the view's changes, the read position and the counters are committed in one RocksDB write batch.
+A process killed at any moment restarts from the stored position with the view as it was before the batch, and
+applies the batch again: the cache holds every vector the sink received, so nothing is embedded twice (except a
+text whose embedding returned in the instant before the process died and before its cache write), and each sink
+operation is decided against the row the sink holds, so what the first attempt already wrote is not written again
+and what it left undone is done.
+
+The chunks a batch touches are computed from the committed view's mappings and the batch's records, also on a
+replay, where the view knows nothing of the interrupted attempt. That is right: the interrupted attempt staged the
+same records over the same committed view, so it touched the same chunks, and the sink can differ from the view
+only in those. A replay cut into other batches touches, batch after batch, every chunk id named by a committed
+mapping or by one of the records, which is the same set.
+
+**Semantic flags** (design §1: semantic duplicates are flagged, never merged). When a text becomes the text of a
+live row (a chunk that had no row in the committed view, or a row with another text), the writer searches the
+sink, once its rows are written, for the ``semantic_neighbours`` nearest other rows, and flags each with a cosine
+of at least ``semantic_threshold`` as a ``review`` record (``streamdedup.review/v1``, reason ``semantic``). The
+decision reads the committed view, not the vector cache, so a crash between the search and the commit raises the
+flag again: flags are delivered at least once, keyed by their pair. A pair whose exact shingle Jaccard (the
+engine's normalization and shingles) reaches the engine's threshold, both texts long enough for near matching, is
+not flagged: the engine verified it, and merged it or flagged it as ``fact_conflict`` or ``acl_boundary`` itself.
+
+**Counters** (:class:`IndexCounters`) are committed with the read position, so they survive restarts, and are
+computed from the committed view and the records (texts embedded: from the cache writes), so a crash and a replay
+leave them as an uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from streamdedup.core.markup import plain_text
+from streamdedup.core.messages import Output
+from streamdedup.core.normalize import content_hash, normalize
+from streamdedup.core.params import EngineParams
+from streamdedup.core.records import review_key, review_value
+from streamdedup.core.shingles import jaccard_of_sets, shingle_set
+from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
+from streamdedup.index.sink import Match, Row, Sink, Vectors
+from streamdedup.retrieval import ChunkLookup, Hit, Kept, SafetyNet
+from streamdedup.view import Pending, Record, ViewWriter
+
+__all__ = ["BatchReport", "IndexCounters", "IndexWriter", "TextEmbedder"]
+
+logger = logging.getLogger(__name__)
+
+# Extras the writer keeps in its view directory.
+_IDENTITY = "index:model"
+_COUNTERS = "index:counters"
+_EMBEDDED = "index:embedded"
+_VECTOR = "vector:"
+# The content types whose markup the engine strips before hashing, tried in this order to find a text's norm.
+_CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
+
+
+class TextEmbedder(Protocol):
+    """What the writer needs of an embedding provider (``streamdedup.embeddings.Embedder`` is one)."""
+
+    @property
+    def model_id(self) -> str:
+        """Return the id of the model, stored with every vector."""
+        ...
+
+    @property
+    def dimensions(self) -> int:
+        """Return the length of the vectors."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Return one L2-normalized float32 row per text, shape ``(len(texts), dimensions)``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class IndexCounters:
+    """What the index writer has done, cumulative, and what the index holds.
+
+    ``embedded`` counts texts sent to the embedder (one per distinct text, ever); ``rows_written`` rows written
+    with a vector (a chunk indexed, or given another text); ``metadata_updates`` rows whose other fields changed
+    in place; ``rows_deleted`` rows deleted; ``review_flags`` semantic flags raised. ``positions`` is the number
+    of live source positions in the view and ``rows`` the number of rows in the index.
+
+    >>> IndexCounters(positions=15, rows=12).embedding_calls_saved
+    3
+    """
+
+    embedded: int = 0
+    rows_written: int = 0
+    metadata_updates: int = 0
+    rows_deleted: int = 0
+    review_flags: int = 0
+    positions: int = 0
+    rows: int = 0
+
+    @property
+    def embedding_calls_saved(self) -> int:
+        """Return the embeddings an index of every live source position would hold beyond this one's rows.
+
+        Live source positions minus rows: each row's one vector serves every position mapped to its chunk (exact
+        and near copies alike), so every position past the first of each chunk needs no embedding of its own.
+        The engine's summary counts the same (``embedding calls saved``).
+        """
+        return self.positions - self.rows
+
+    def to_json(self) -> bytes:
+        """Serialize the counters (``embedded`` apart: it is stored with the vectors)."""
+        data = asdict(self)
+        del data["embedded"]
+        return json.dumps(data, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, raw: bytes | None, embedded: int) -> IndexCounters:
+        """Read counters written by :meth:`to_json` (zeros for None)."""
+        data = {} if raw is None else json.loads(raw)
+        known = {f.name for f in fields(cls)}
+        return cls(
+            embedded=embedded, **{k: int(v) for k, v in data.items() if k in known and k != "embedded"}
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchReport:
+    """What one :meth:`IndexWriter.apply` did, and the counters after it.
+
+    ``records`` counts the compacted records applied; ``embedded`` the texts this call sent to the embedder;
+    ``rows_written``, ``metadata_updates`` and ``rows_deleted`` what the batch changed in the index; ``reviews``
+    the semantic flags raised, as ``review`` output records.
+    """
+
+    records: int
+    embedded: int
+    rows_written: int
+    metadata_updates: int
+    rows_deleted: int
+    reviews: tuple[Output, ...]
+    totals: IndexCounters
+
+    @property
+    def review_flags(self) -> int:
+        """Return how many semantic flags the batch raised."""
+        return len(self.reviews)
+
+
+class IndexWriter:
+    """Keeps ``sink`` and a view in ``directory`` in step with output records (see the module docstring).
+
+    ``params`` are the engine's parameters (shingle size, threshold, minimum shingles) that decide which pairs the
+    engine handled itself; the defaults are the engine's. The writer owns the view it opens, not the sink:
+    :meth:`close` closes the view.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        sink: Sink,
+        embedder: TextEmbedder,
+        *,
+        semantic_threshold: float = 0.92,
+        semantic_neighbours: int = 5,
+        params: EngineParams | None = None,
+    ) -> None:
+        if not 0.0 < semantic_threshold <= 1.0:
+            raise ConfigurationError(f"semantic_threshold must be in (0, 1], not {semantic_threshold}")
+        if semantic_neighbours < 0:
+            raise ConfigurationError(
+                f"semantic_neighbours must be 0 (no flags) or more, not {semantic_neighbours}"
+            )
+        if sink.dimensions != embedder.dimensions:
+            raise ConfigurationError(
+                f"the index holds vectors of {sink.dimensions} dimensions; the model {embedder.model_id!r} "
+                f"makes {embedder.dimensions}"
+            )
+        if sink.model is not None and sink.model != embedder.model_id:
+            raise StateMismatchError(
+                f"the index holds vectors of the model {sink.model!r}, not {embedder.model_id!r}; "
+                "index into an empty index to change models"
+            )
+        self.sink = sink
+        self.embedder = embedder
+        self.semantic_threshold = semantic_threshold
+        self.semantic_neighbours = semantic_neighbours
+        self.params = params or EngineParams()
+        self.model = embedder.model_id
+        self.dimensions = embedder.dimensions
+        self.view = ViewWriter(directory)
+        try:
+            self._open_state()
+        except BaseException:
+            self.view.close()
+            raise
+
+    def _open_state(self) -> None:
+        identity = json.dumps({"model": self.model, "dimensions": self.dimensions}, sort_keys=True).encode()
+        stored = self.view.extra(_IDENTITY)
+        if stored is None:
+            if (
+                next(self.view.chunk_ids(), None) is not None
+                or next(self.view.source_ids(), None) is not None
+            ):
+                raise StateError(
+                    f"{self.view.directory} holds a view that no index writer keeps; index into an empty directory"
+                )
+            if self.sink.count():
+                raise StateError(
+                    "the index already holds rows that this writer's directory did not write; start with an "
+                    "empty index, or use the directory that wrote it"
+                )
+            self.view.put_extras({_IDENTITY: identity})
+        elif stored != identity:
+            raise StateMismatchError(
+                f"the index writer in {self.view.directory} was built for {json.loads(stored)}, not "
+                f"{json.loads(identity)}; index into an empty directory to change models"
+            )
+        embedded = self.view.extra(_EMBEDDED)
+        self._totals = IndexCounters.from_json(self.view.extra(_COUNTERS), int(embedded or b"0"))
+
+    def __enter__(self) -> IndexWriter:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the view (the sink belongs to the caller)."""
+        self.view.close()
+
+    @property
+    def totals(self) -> IndexCounters:
+        """Return the cumulative counters, as committed."""
+        return self._totals
+
+    def progress(self, where: str) -> bytes | None:
+        """Return how far the input named ``where`` was applied, as :meth:`apply` recorded it."""
+        return self.view.progress(where)
+
+    def apply(
+        self,
+        records: Sequence[Record],
+        progress: Mapping[str, bytes],
+        *,
+        deliver: Callable[[Sequence[Output]], None] | None = None,
+    ) -> BatchReport:
+        """Apply ``(topic, key, value JSON or None)`` records to the index and the view; record ``progress``.
+
+        Topics other than ``canonical-chunks`` and ``source-mappings`` are skipped. The view, ``progress`` and
+        the counters are committed after the sink is written, in one write batch. ``deliver``, if given, gets the
+        batch's semantic flags (none, often) before that commit, so a flag is never lost to a crash: if it
+        raises, nothing is committed and the batch, flags included, is applied again.
+        """
+        pending = self.view.stage(records)
+        touched = sorted(pending.chunks_touched)
+        before = {chunk_id: self._row(self.view, chunk_id) for chunk_id in touched}
+        after = {chunk_id: self._row(pending, chunk_id) for chunk_id in touched}
+        held = self.sink.rows(touched)
+
+        written = [row for row in after.values() if row is not None and _new_text(before[row.chunk_id], row)]
+        upserts = [
+            row for row in after.values() if row is not None and _new_text(held.get(row.chunk_id), row)
+        ]
+        updates = [
+            row
+            for row in after.values()
+            if row is not None and not _new_text(held.get(row.chunk_id), row) and held[row.chunk_id] != row
+        ]
+        deletes = [chunk_id for chunk_id, row in after.items() if row is None and chunk_id in held]
+
+        vectors, embedded = self._vectors({row.content_hash: row.text for row in [*written, *upserts]})
+        if upserts:
+            self.sink.upsert(upserts, np.stack([vectors[row.content_hash] for row in upserts]))
+        if updates:
+            self.sink.update_metadata(updates)
+        if deletes:
+            self.sink.delete(deletes)
+        reviews = self._semantic(written, vectors)
+
+        # What the batch changed in the index, by the committed view and the staged one (never by the sink, which
+        # may be ahead after a crash): so a replay counts what the interrupted attempt did once.
+        changed = deleted = appeared = 0
+        for chunk_id, row in after.items():
+            old = before[chunk_id]
+            if old is None:
+                appeared += row is not None
+            elif row is None:
+                deleted += 1
+            elif not _new_text(old, row) and old != row:
+                changed += 1
+        previous = self._totals
+        totals = IndexCounters(
+            embedded=self._embedded_total(),
+            rows_written=previous.rows_written + len(written),
+            metadata_updates=previous.metadata_updates + changed,
+            rows_deleted=previous.rows_deleted + deleted,
+            review_flags=previous.review_flags + len(reviews),
+            positions=previous.positions
+            + _positions(pending, pending.sources_touched)
+            - _positions(self.view, pending.sources_touched),
+            rows=previous.rows + appeared - deleted,
+        )
+        if deliver is not None:
+            deliver(reviews)
+        self.view.commit(pending, progress, extras={_COUNTERS: totals.to_json()})
+        self._totals = totals
+        if embedded or written or deleted or changed or reviews:
+            logger.debug(
+                "indexed %d records: %d embedded, %d rows written, %d updated, %d deleted, %d flags",
+                pending.count,
+                embedded,
+                len(written),
+                changed,
+                deleted,
+                len(reviews),
+            )
+        return BatchReport(
+            records=pending.count,
+            embedded=embedded,
+            rows_written=len(written),
+            metadata_updates=changed,
+            rows_deleted=deleted,
+            reviews=tuple(reviews),
+            totals=totals,
+        )
+
+    def search(self, query_text: str, principals: Iterable[str], k: int = 5) -> list[Kept[Match]]:
+        """Return the ``k`` chunks nearest to ``query_text`` that a caller holding ``principals`` may read.
+
+        The query is embedded with the writer's embedder (not counted, not cached), the sink searched among the
+        rows the caller may read, and the hits passed through :class:`~streamdedup.retrieval.SafetyNet` over the
+        writer's view: each chunk once, its text the canonical text, cited with every source the caller can read.
+        """
+        if isinstance(principals, str):
+            raise ConfigurationError(f"principals is a list of principals, not the string {principals!r}")
+        caller = list(principals)
+        vector = self._embed([query_text])[0]
+        matches = self.sink.search(vector, k, principals=caller)
+        return SafetyNet(self.view).apply([Hit(m, m.chunk_id, m.score) for m in matches], caller)
+
+    # -- rows -----------------------------------------------------------------------------------------------------
+
+    def _row(self, lookup: ChunkLookup, chunk_id: str) -> Row | None:
+        """Return the row a chunk has in the index by what ``lookup`` holds: None if gone or without sources."""
+        record = lookup.chunk(chunk_id)
+        if record is None:
+            return None
+        cited = lookup.sources_of(chunk_id)
+        if not cited:
+            return None
+        return Row(
+            chunk_id=chunk_id,
+            text=str(record["text"]),
+            content_hash=str(record["content_hash"]),
+            source_ids=tuple(sorted(c.source_id for c in cited)),
+            acl=tuple(sorted(str(p) for p in record.get("acl", ()))),
+            modified_at=_canonical_modified_at(record, cited),
+            model=self.model,
+        )
+
+    # -- vectors --------------------------------------------------------------------------------------------------
+
+    def _embedded_total(self) -> int:
+        return int(self.view.extra(_EMBEDDED) or b"0")
+
+    def _vectors(self, texts: Mapping[str, str]) -> tuple[dict[str, Vectors], int]:
+        """Return the vector of each text (by content hash) and how many had to be embedded.
+
+        Vectors come from the cache; the rest are embedded in one call and cached at once, before anything is
+        written to the sink.
+        """
+        hashes = sorted(texts)
+        found: dict[str, Vectors] = {}
+        missing: list[str] = []
+        for key, raw in zip(hashes, self.view.extras([_VECTOR + h for h in hashes]), strict=True):
+            if raw is None:
+                missing.append(key)
+                continue
+            vector = np.frombuffer(raw, dtype="<f4")
+            if vector.shape != (self.dimensions,):
+                raise StateError(
+                    f"the cached vector of {key} has {vector.shape[0]} values, not {self.dimensions}"
+                )
+            found[key] = vector.astype(np.float32)
+        if missing:
+            matrix = self._embed([texts[key] for key in missing])
+            cache = {_VECTOR + key: matrix[n].astype("<f4").tobytes() for n, key in enumerate(missing)}
+            cache[_EMBEDDED] = str(self._embedded_total() + len(missing)).encode()
+            self.view.put_extras(cache)
+            found.update((key, matrix[n]) for n, key in enumerate(missing))
+        return found, len(missing)
+
+    def _embed(self, texts: Sequence[str]) -> Vectors:
+        matrix = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        if matrix.shape != (len(texts), self.dimensions):
+            raise ConfigurationError(
+                f"the model {self.model!r} returned vectors of shape {matrix.shape} for {len(texts)} texts, "
+                f"not ({len(texts)}, {self.dimensions})"
+            )
+        if not np.isfinite(matrix).all():
+            raise ConfigurationError(f"the model {self.model!r} returned vectors that are not finite")
+        return matrix
+
+    # -- semantic flags -------------------------------------------------------------------------------------------
+
+    def _semantic(self, fresh: Sequence[Row], vectors: Mapping[str, Vectors]) -> list[Output]:
+        """Flag each newly indexed text's nearest other rows at or above the threshold (see the module docstring)."""
+        if not self.semantic_neighbours:
+            return []
+        flags: dict[str, Output] = {}
+        for row in fresh:
+            matches = self.sink.search(vectors[row.content_hash], self.semantic_neighbours + 1)
+            others = [m for m in matches if m.chunk_id != row.chunk_id][: self.semantic_neighbours]
+            for match in others:
+                other = match.row
+                key = review_key(row.content_hash, other.content_hash)
+                if (
+                    match.score < self.semantic_threshold
+                    or other.content_hash == row.content_hash
+                    or key in flags
+                ):
+                    continue
+                similarity, engine_pair = self._jaccard(row, other)
+                if engine_pair:
+                    continue
+                flags[key] = Output(
+                    "review",
+                    key,
+                    review_value(
+                        "semantic",
+                        {"content_hash": row.content_hash, "text": row.text, "acl": list(row.acl)},
+                        {"content_hash": other.content_hash, "text": other.text, "acl": list(other.acl)},
+                        similarity,
+                        f"cosine {match.score:.3f}",
+                    ),
+                )
+        return list(flags.values())
+
+    def _jaccard(self, a: Row, b: Row) -> tuple[float, bool]:
+        """Return the exact shingle Jaccard of two rows' texts, and whether the engine verified the pair itself."""
+        size = self.params.shingle_size
+        mine, theirs = shingle_set(self._norm(a), size), shingle_set(self._norm(b), size)
+        similarity = jaccard_of_sets(mine, theirs)
+        long_enough = min(len(mine), len(theirs)) >= self.params.min_shingles
+        return similarity, long_enough and similarity >= self.params.threshold
+
+    def _norm(self, row: Row) -> str:
+        """Return the normalized text the engine hashed: the plain text of the markup the hash says it had."""
+        for content_type in _CONTENT_TYPES:
+            plain = row.text if content_type == "text/plain" else plain_text(row.text, content_type)
+            if content_hash(plain) == row.content_hash:
+                return normalize(plain)
+        return normalize(row.text)
+
+
+def _new_text(held: Row | None, row: Row) -> bool:
+    """Return whether ``row`` needs a vector written: there is no row, or it has another text or model."""
+    return held is None or not held.same_vector(row)
+
+
+def _canonical_modified_at(record: Mapping[str, Any], cited: Sequence[Any]) -> str:
+    """Return the ``modified_at`` of the chunk's canonical source, as the chunk record (or the view) has it."""
+    canonical = str((record.get("canonical") or {}).get("source_id", ""))
+    for entry in record.get("sources", ()):
+        if entry.get("source_id") == canonical and entry.get("modified_at"):
+            return str(entry["modified_at"])
+    for citation in cited:
+        if citation.source_id == canonical and citation.modified_at:
+            return str(citation.modified_at)
+    return ""
+
+
+def _positions(lookup: Pending | ViewWriter, source_ids: Iterable[str]) -> int:
+    """Return how many positions the mappings of ``source_ids`` hold."""
+    total = 0
+    for source_id in source_ids:
+        mapping = lookup.mapping(source_id)
+        if mapping is not None:
+            total += len(mapping["chunks"])
+    return total
