@@ -100,6 +100,12 @@ def run(
     collection: Annotated[
         str | None, typer.Option(help="Collection of a folder's files (default: its name).")
     ] = None,
+    index: Annotated[
+        str | None,
+        typer.Option(
+            help="Then bring this vector database (lancedb://DIR) up to date with --out, as 'index' does."
+        ),
+    ] = None,
 ) -> None:
     """Run the engine embedded (no broker) over INPUT and append the outputs to --out."""
     from streamdedup.cli.run import run_command
@@ -107,11 +113,23 @@ def run(
     settings = _settings(ctx)
     if batch_size is not None:
         settings = settings.model_copy(update={"batch_size": batch_size})
-    _guard(
-        lambda: run_command(
+    if index is not None and (out == "-" or watch):
+        err.print(
+            "[red]--index needs --out FILE and no --watch[/red] (to index while watching, run "
+            "'streamdedup index --from FILE --follow' beside it)"
+        )
+        raise typer.Exit(2)
+
+    def both() -> None:
+        run_command(
             settings, input, _state_dir(settings, state), out, err, watch=watch, collection=collection
         )
-    )
+        if index is not None:
+            from streamdedup.cli.index import index_command
+
+            index_command(settings, index, None, Path(out), False, None, err)
+
+    _guard(both)
 
 
 @app.command()
