@@ -109,3 +109,25 @@ def test_run_with_index_writes_the_index_after_the_run(feed: Path, tmp_path: Pat
         app, ["run", str(feed), "--state", str(tmp_path / "s2"), "--index", "lancedb://x"]
     )
     assert refused.exit_code == 2 and "--index needs --out FILE" in " ".join(refused.output.split())
+
+
+def test_the_metrics_count_what_each_batch_did():
+    from prometheus_client import generate_latest
+
+    from streamdedup.cli.index import IndexMetrics
+    from streamdedup.index.writer import IndexCounters
+
+    metrics = IndexMetrics(None)
+    metrics.observe(IndexCounters(), IndexCounters(embedded=3, rows_written=3, positions=5, rows=3))
+    metrics.observe(
+        IndexCounters(embedded=3, rows_written=3, positions=5, rows=3),
+        IndexCounters(embedded=3, rows_written=3, metadata_updates=2, positions=6, rows=3),
+    )
+    exposed = generate_latest(metrics.registry).decode()
+    for line in (
+        "streamdedup_index_embedding_calls_total 3.0",
+        "streamdedup_index_metadata_updates_total 2.0",
+        "streamdedup_index_embedding_calls_saved 3.0",
+        "streamdedup_index_rows 3.0",
+    ):
+        assert line in exposed
