@@ -429,6 +429,11 @@ class OutputFile:
         self.batch_lines = batch_lines
         self._where = f"file:{path.resolve()}"
 
+    def position(self) -> int:
+        """Return the byte offset up to which the file has been applied (0 before the first read)."""
+        stored = self.writer.progress(self._where)
+        return 0 if stored is None else int(json.loads(stored)["offset"])
+
     def _start(self) -> int:
         stored = self.writer.progress(self._where)
         if stored is None:

@@ -21,9 +21,11 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from rich.console import Console
+from rich.progress import DownloadColumn
 from rich.table import Table
 
 from streamdedup.cli.materialize import materialize_topics, stopping
+from streamdedup.cli.progress import progress_bar
 from streamdedup.codec import encode_output_line
 from streamdedup.core.messages import Output
 from streamdedup.drivers.kafka.admin import KafkaUnavailableError
@@ -198,27 +200,43 @@ def index_command(
             params=settings.engine_params(),
         ) as writer:
             first = writer.totals
-            with console.status("indexing") as status:
 
-                def shown(total: int) -> None:
-                    done = writer.totals
-                    status.update(
-                        f"indexing: {total:,} records, {done.embedded - first.embedded:,} texts embedded, "
-                        f"{done.rows:,} rows"
-                    )
+            def described(records: int) -> str:
+                done = writer.totals
+                return f"{records:,} records, {done.embedded - first.embedded:,} texts embedded, {done.rows:,} rows"
 
-                if source is not None:
-                    faults = FaultPoints(settings.fault_kill_at)
-                    reader = OutputFile(source, _FileApplier(writer, reviews or source, metrics, faults))
+            if source is not None:
+                faults = FaultPoints(settings.fault_kill_at)
+                reader = OutputFile(source, _FileApplier(writer, reviews or source, metrics, faults))
+                with progress_bar(console, DownloadColumn(), label="index") as bar:
+                    task = bar.add_task(source.name, total=source.stat().st_size, completed=reader.position())
+
+                    def moved(records: int) -> None:
+                        bar.update(
+                            task,
+                            completed=reader.position(),
+                            total=max(source.stat().st_size, reader.position()),
+                            description=described(records),
+                        )
+
                     if follow:
                         stop = threading.Event()
                         with stopping(stop.set):
                             console.print(f"following {source} into {into} (Ctrl-C to stop)")
-                            reader.follow(stop, shown)
+                            reader.follow(stop, moved)
                     else:
-                        reader.catch_up(shown)
-                else:
-                    asyncio.run(_index_topics(settings, writer, follow, metrics, shown))
+                        reader.catch_up(moved)
+            else:
+                with console.status("indexing") as status:
+                    asyncio.run(
+                        _index_topics(
+                            settings,
+                            writer,
+                            follow,
+                            metrics,
+                            lambda n: status.update(f"indexing: {described(n)}"),
+                        )
+                    )
             totals = writer.totals
     finally:
         sink.close()

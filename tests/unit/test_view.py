@@ -143,6 +143,7 @@ def test_a_view_continues_where_it_stopped_and_waits_for_whole_lines(outputs: Pa
     with ViewWriter(tmp_path / "view") as writer:
         second = OutputFile(growing, writer).catch_up()
         assert OutputFile(growing, writer).catch_up() == 0
+        assert OutputFile(growing, writer).position() == growing.stat().st_size
     assert first + second == compacted  # nothing applied twice, nothing skipped
     with View.open(tmp_path / "view") as view, build_view(outputs, tmp_path / "whole") as whole:
         assert sorted(view.chunk_ids()) == sorted(whole.chunk_ids())
