@@ -14,8 +14,10 @@ import pytest
 from streamdedup.core.model import AclEvent, DeleteEvent
 from streamdedup.core.view import View
 from streamdedup.index.lancedb import LanceDBSink
+from tests.helpers import upsert
 from tests.integration.harness import REPO, Deployment
 from tests.integration.test_service import example_events
+from tests.unit.test_index_command import HOLIDAYS, HOLIDAYS_AGAIN
 
 pytestmark = pytest.mark.integration
 
@@ -126,3 +128,30 @@ def test_a_writer_killed_mid_feed_ends_in_the_same_index_without_embedding_twice
     assert {c: r["text"] for c, r in rows_of(into).items()} == {
         c: r["text"] for c, r in rows_of(whole).items()
     }
+
+
+def test_a_paraphrase_indexed_from_the_topics_is_flagged_on_the_review_topic(
+    deployment: Deployment, tmp_path: Path
+):
+    deployment.start_worker()
+    deployment.produce(
+        [
+            upsert("wiki:holidays", 1, [HOLIDAYS], acl=("*",)),
+            upsert("helpdesk:holidays", 1, [HOLIDAYS_AGAIN], acl=("support",)),
+        ]
+    )
+    deployment.wait_until_idle()
+    # The default embedder: the offline ONNX model.
+    result = subprocess.run(
+        [sys.executable, "-m", "streamdedup.cli", "index", "--into", f"lancedb://{tmp_path / 'index'}"],
+        env={**os.environ, **deployment.env},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    semantic = [key for reason, key in deployment.review_keys() if reason == "semantic"]
+    assert len(semantic) == 1
+    assert len(deployment.view().chunks) == 2  # flagged, never merged
