@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,7 +23,7 @@ from rich.console import Console
 from rich.progress import DownloadColumn
 from rich.table import Table
 
-from streamdedup.cli.materialize import materialize_topics, stopping
+from streamdedup.cli.materialize import materialize_topics, read_file
 from streamdedup.cli.progress import progress_bar
 from streamdedup.codec import encode_output_line
 from streamdedup.core.messages import Output
@@ -219,13 +218,7 @@ def index_command(
                             description=described(records),
                         )
 
-                    if follow:
-                        stop = threading.Event()
-                        with stopping(stop.set):
-                            console.print(f"following {source} into {into} (Ctrl-C to stop)")
-                            reader.follow(stop, moved)
-                    else:
-                        reader.catch_up(moved)
+                    read_file(reader, follow, moved, console, into)
             else:
                 with console.status("indexing") as status:
                     asyncio.run(

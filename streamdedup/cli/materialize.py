@@ -25,7 +25,7 @@ from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.settings import Settings
 from streamdedup.view import Applier, OutputFile, ViewWriter
 
-__all__ = ["materialize_into_command", "materialize_topics", "stopping"]
+__all__ = ["materialize_into_command", "materialize_topics", "read_file", "stopping"]
 
 _POLL_MS = 500
 
@@ -41,17 +41,23 @@ def materialize_into_command(
                 status.update(f"materializing: {total:,} records applied")
 
             if source is not None:
-                reader = OutputFile(source, writer)
-                if follow:
-                    stop = threading.Event()
-                    with stopping(stop.set):
-                        console.print(f"following {source} into {into} (Ctrl-C to stop)")
-                        reader.follow(stop, shown)
-                else:
-                    reader.catch_up(shown)
+                read_file(OutputFile(source, writer), follow, shown, console, into)
             else:
                 asyncio.run(materialize_topics(settings, writer, follow=follow, on_batch=shown))
         console.print(f"view in {into}: {writer.applied:,} records applied this run")
+
+
+def read_file(
+    reader: OutputFile, follow: bool, on_batch: Callable[[int], None], console: Console, into: object
+) -> None:
+    """Apply what an output file holds; with ``follow``, keep applying what is appended until interrupted."""
+    if not follow:
+        reader.catch_up(on_batch)
+        return
+    stop = threading.Event()
+    with stopping(stop.set):
+        console.print(f"following {reader.path} into {into} (Ctrl-C to stop)")
+        reader.follow(stop, on_batch)
 
 
 @contextlib.contextmanager

@@ -52,7 +52,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -62,12 +62,13 @@ from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.records import review_key, review_value
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set
+from streamdedup.embeddings import Embedder
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
 from streamdedup.index.sink import Match, Row, Sink, Vectors
 from streamdedup.retrieval import ChunkLookup, Hit, Kept, SafetyNet
 from streamdedup.view import Pending, Record, ViewWriter
 
-__all__ = ["BatchReport", "IndexCounters", "IndexWriter", "TextEmbedder"]
+__all__ = ["BatchReport", "IndexCounters", "IndexWriter"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,24 +79,6 @@ _EMBEDDED = "index:embedded"
 _VECTOR = "vector:"
 # The content types whose markup the engine strips before hashing, tried in this order to find a text's norm.
 _CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
-
-
-class TextEmbedder(Protocol):
-    """What the writer needs of an embedding provider (``streamdedup.embeddings.Embedder`` is one)."""
-
-    @property
-    def model_id(self) -> str:
-        """Return the id of the model, stored with every vector."""
-        ...
-
-    @property
-    def dimensions(self) -> int:
-        """Return the length of the vectors."""
-        ...
-
-    def embed(self, texts: Sequence[str]) -> Vectors:
-        """Return one L2-normalized float32 row per text, shape ``(len(texts), dimensions)``."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +163,7 @@ class IndexWriter:
         self,
         directory: str | Path,
         sink: Sink,
-        embedder: TextEmbedder,
+        embedder: Embedder,
         *,
         semantic_threshold: float = 0.92,
         semantic_neighbours: int = 5,
