@@ -34,7 +34,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import msgspec
 import rocksdict
@@ -95,6 +95,9 @@ class _Lookups:
     def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         raise NotImplementedError
 
+    def _get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        raise NotImplementedError
+
     def _json(self, key: bytes) -> dict[str, Any] | None:
         raw = self._get(key)
         if raw is None:
@@ -121,10 +124,12 @@ class _Lookups:
     def sources_of(self, chunk_id: str) -> list[Citation]:
         """Return every source with a position mapped to ``chunk_id``, sorted by source id."""
         prefix = _INDEX + chunk_id.encode() + _SEP
+        entries = [(key[len(prefix) :], value) for key, value in self._prefixed(prefix)]
+        abouts = self._get_many([_SOURCE + source for source, _ in entries])  # one multi-get, however many
         found: list[Citation] = []
-        for key, value in self._prefixed(prefix):
-            source_id = key[len(prefix) :].decode()
-            about = self._json(_SOURCE + source_id.encode()) or {}
+        for (source, value), raw in zip(entries, abouts, strict=True):
+            source_id = source.decode()
+            about: dict[str, Any] = {} if raw is None else _decoder.decode(raw)
             found.append(
                 Citation(
                     source_id=source_id,
@@ -233,6 +238,12 @@ class View(_Lookups):
     def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         return _scan(self._db, prefix)
 
+    def _get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        if not keys:
+            return []
+        found = self._db.get(cast("list[str | int | float | bytes | bool]", keys)) or []
+        return [None if value is None else bytes(value) for value in found]
+
     def progress(self, where: str) -> bytes | None:
         """Return how far the input named ``where`` was read, as its writer recorded it."""
         return self._get(_PROGRESS + where.encode())
@@ -243,10 +254,7 @@ class View(_Lookups):
 
     def extras(self, names: Sequence[str]) -> list[bytes | None]:
         """Return the extras named ``names``, in order (None for a missing one), with one multi-get."""
-        if not names:
-            return []
-        found = self._db.get([_EXTRA + name.encode() for name in names]) or []
-        return [None if value is None else bytes(value) for value in found]
+        return self._get_many([_EXTRA + name.encode() for name in names])
 
 
 class Pending(_Lookups):
@@ -272,6 +280,11 @@ class Pending(_Lookups):
         if key in self._changes:
             return self._changes[key]
         return self._base._get(key)
+
+    def _get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        unknown = [key for key in keys if key not in self._changes]
+        found = dict(zip(unknown, self._base._get_many(unknown), strict=True))
+        return [self._changes[key] if key in self._changes else found[key] for key in keys]
 
     def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         if self._sorted is None:
