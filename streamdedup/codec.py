@@ -46,6 +46,7 @@ __all__ = [
     "encode_event",
     "encode_for_dead_letter",
     "encode_output_line",
+    "encode_output_value",
     "event_from_data",
     "parse_json",
     "parse_timestamp",
@@ -335,6 +336,11 @@ def encode_for_dead_letter(event: InputEvent) -> bytes:
         return encode_event(event)
     except Exception as exc:
         return f"unencodable event of {event.source_id!r}: {exc!r}".encode("utf-8", "replace")
+
+
+def encode_output_value(output: Output) -> bytes | None:
+    """Encode an output's value as a Kafka record value: JSON, or None for a tombstone."""
+    return None if output.value is None else _encoder.encode(output.value)
 
 
 def encode_output_line(output: Output) -> bytes:

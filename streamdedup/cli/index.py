@@ -11,7 +11,6 @@ the output file itself), so a crash repeats a flag rather than losing it.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ from rich.table import Table
 
 from streamdedup.cli.materialize import materialize_topics, read_file
 from streamdedup.cli.progress import progress_bar
-from streamdedup.codec import encode_output_line
+from streamdedup.codec import encode_output_line, encode_output_value
 from streamdedup.core.messages import Output
 from streamdedup.drivers.kafka.admin import KafkaUnavailableError
 from streamdedup.drivers.kafka.delivery import FaultPoints
@@ -152,7 +151,7 @@ class _TopicApplier:
             await self.producer.send(
                 self.topic,
                 key=None if r.key is None else r.key.encode(),
-                value=None if r.value is None else json.dumps(r.value, sort_keys=True).encode(),
+                value=encode_output_value(r),
             )
             for r in reviews
         ]

@@ -37,11 +37,10 @@ from pathlib import Path
 from typing import Any
 
 import mode
-import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
-from streamdedup.codec import decode_event, encode_for_dead_letter
+from streamdedup.codec import decode_event, encode_for_dead_letter, encode_output_value
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output
 from streamdedup.core.model import InputEvent
@@ -61,7 +60,6 @@ from streamdedup.store.base import Transaction
 __all__ = ["StageWorker"]
 
 logger = logging.getLogger(__name__)
-_json = msgspec.json.Encoder()
 _BATCH_BYTES = 1024 * 1024  # record batch size of the worker's producer
 
 
@@ -413,8 +411,7 @@ class StageWorker(mode.Service):
         for output in outputs:
             topic = topics[output.topic]
             key = output.key.encode("utf-8") if output.key is not None else None
-            value = None if output.value is None else _json.encode(output.value)
-            sends.add(topic, self._partitions.for_key(topic, key), key, value)
+            sends.add(topic, self._partitions.for_key(topic, key), key, encode_output_value(output))
         return outputs
 
     async def _write_changelog(
