@@ -46,7 +46,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
+from streamdedup.core.messages import Output
 from streamdedup.core.model import EVERYONE
+from streamdedup.core.view import COMPACTED_TOPICS, View
 from streamdedup.errors import ConfigurationError
 
 __all__ = [
@@ -377,17 +379,12 @@ class MemoryLookup:
     @classmethod
     def from_outputs(cls, records: Iterable[Mapping[str, Any]]) -> MemoryLookup:
         """Build a lookup from ``{"topic", "key", "value"}`` output records: last value per key, None deletes."""
-        tables: dict[str, dict[str, dict[str, Any]]] = {"canonical-chunks": {}, "source-mappings": {}}
-        for record in records:
-            table = tables.get(str(record["topic"]))
-            if table is None:
-                continue
-            key, value = str(record["key"]), record["value"]
-            if value is None:
-                table.pop(key, None)
-            else:
-                table[key] = value
-        return cls(tables["canonical-chunks"], tables["source-mappings"])
+        folded = View().apply_all(
+            Output(str(r["topic"]), str(r["key"]), r["value"])
+            for r in records
+            if r["topic"] in COMPACTED_TOPICS
+        )
+        return cls(folded.chunks, folded.mappings)
 
     def chunk(self, chunk_id: str) -> dict[str, Any] | None:
         """Return the ``canonical-chunks`` value of ``chunk_id``, or None when there is no such live chunk."""
