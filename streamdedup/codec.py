@@ -26,16 +26,24 @@ import msgspec
 
 from streamdedup.core.messages import Output
 from streamdedup.core.model import (
+    DECISION_KINDS,
+    LINE_DECISIONS,
+    PAIR_DECISIONS,
     AclEvent,
+    DecisionEvent,
     DeleteEvent,
     InputEvent,
     SourceAttrs,
     UpsertEvent,
+    decision_route,
     format_timestamp,
 )
+from streamdedup.core.normalize import normalize
+from streamdedup.core.records import DECISION_SCHEMA, decision_value
 from streamdedup.errors import InvalidEventError
 
 __all__ = [
+    "DECISION_SCHEMA",
     "DEFAULT_LIMITS",
     "DOCUMENT_SCHEMA",
     "INT_MAX",
@@ -48,6 +56,7 @@ __all__ = [
     "encode_output_line",
     "encode_output_value",
     "event_from_data",
+    "event_key",
     "parse_json",
     "parse_timestamp",
 ]
@@ -88,6 +97,11 @@ _FIELDS = {
     "schema", "op", "source_id", "version", "modified_at", "acl", "text", "chunks",
     "content_type", "collection", "authority", "uri", "title", "metadata",
 }  # fmt: skip
+_DECISION_FIELDS = {
+    "schema", "decision", "version", "by", "at", "note", "reason", "pair", "source_id", "collection", "line",
+}  # fmt: skip
+_FLAG_REASONS = ("fact_conflict", "acl_boundary", "semantic")
+_CONTENT_HASH = re.compile(r"[0-9a-f]{64}", re.ASCII)
 _CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
 _RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
 # A JSON string (escapes included) or a bracket: what the depth check must tell apart.
@@ -243,6 +257,82 @@ def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLim
     )
 
 
+def _decision(data: dict[str, Any], limits: EventLimits) -> DecisionEvent:
+    """Validate a reviewer's decision (``streamdedup.decision/v1``)."""
+    unknown = sorted(set(data) - _DECISION_FIELDS)
+    if unknown:
+        raise InvalidEventError(
+            f"unknown field (allowed: {', '.join(sorted(_DECISION_FIELDS))})", field=unknown[0]
+        )
+    kind = data.get("decision")
+    if kind not in DECISION_KINDS:
+        raise InvalidEventError(f"must be one of {', '.join(DECISION_KINDS)}", field="decision")
+    version = _integer(data, "version", default=None, minimum=0)
+    by = _string(data, "by", required=True, max_length=limits.string_chars)
+    if not by:
+        raise InvalidEventError("must name who decided", field="by")
+    at = None
+    raw_at = _string(data, "at", required=False)
+    if raw_at is not None:
+        try:
+            at = parse_timestamp(raw_at)
+        except ValueError as exc:
+            raise InvalidEventError(str(exc), field="at") from exc
+    note = _string(data, "note", required=False, max_length=limits.string_chars)
+    reason = _string(data, "reason", required=False)
+    if reason is not None and reason not in _FLAG_REASONS:
+        raise InvalidEventError(f"must be one of {', '.join(_FLAG_REASONS)}", field="reason")
+    common: dict[str, Any] = {"version": version, "kind": kind, "by": by, "at": at, "note": note}
+    subjects = [name for name in ("pair", "source_id", "line") if name in data]
+    if kind in PAIR_DECISIONS:
+        if subjects != ["pair"]:
+            raise InvalidEventError(f"a {kind} decision names a 'pair' (and no other subject)", field="pair")
+        pair = data["pair"]
+        if (
+            not isinstance(pair, list)
+            or len(pair) != 2
+            or not all(isinstance(h, str) and _CONTENT_HASH.fullmatch(h) for h in pair)
+            or pair[0] == pair[1]
+        ):
+            raise InvalidEventError("must be two different content hashes (64 lowercase hex)", field="pair")
+        if kind == "merge" and reason == "acl_boundary":
+            raise InvalidEventError(
+                "a merge across an acl_boundary is never made: a reader would be served text it cannot read",
+                field="decision",
+            )
+        low, high = sorted(pair)
+        return DecisionEvent(
+            source_id=decision_route(pair=(low, high)), pair=(low, high), reason=reason, **common
+        )
+    if reason is not None:
+        raise InvalidEventError("only a pair decision answers a flag", field="reason")
+    if kind in LINE_DECISIONS:
+        if subjects != ["line"] or "collection" not in data:
+            raise InvalidEventError(f"a {kind} decision names a 'collection' and a 'line'", field="line")
+        collection = _no_control_characters(
+            _string(data, "collection", required=True, max_length=limits.string_chars) or "", "collection"
+        )
+        line = _string(data, "line", required=True, max_length=limits.string_chars) or ""
+        normalized = normalize(line)
+        if not normalized or "\n" in line:
+            raise InvalidEventError("must be one line of text", field="line")
+        return DecisionEvent(
+            source_id=decision_route(collection=collection, line=normalized),
+            collection=collection,
+            line=normalized,
+            **common,
+        )
+    if subjects != ["source_id"]:
+        raise InvalidEventError(
+            f"a {kind} decision names a 'source_id' (and no other subject)", field="source_id"
+        )
+    source_id = _string(data, "source_id", required=True) or ""
+    if not source_id or len(source_id) > _SOURCE_ID_CHARS:
+        raise InvalidEventError(f"must be 1 to {_SOURCE_ID_CHARS} characters long", field="source_id")
+    _no_control_characters(source_id, "source_id")
+    return DecisionEvent(source_id=source_id, subject_source=source_id, **common)
+
+
 def _check_depth(raw: bytes, limit: int) -> None:
     """Refuse JSON nested deeper than ``limit`` before a recursive parser sees it."""
     if raw.count(b"[") + raw.count(b"{") <= limit:
@@ -274,6 +364,8 @@ def event_from_data(data: Any, limits: EventLimits = DEFAULT_LIMITS) -> InputEve
     """Validate parsed contract JSON (or a connector's dict of the same shape) as an input event."""
     if not isinstance(data, dict):
         raise InvalidEventError("an event must be a JSON object")
+    if data.get("schema") == DECISION_SCHEMA:
+        return _decision(data, limits)
     unknown = sorted(set(data) - _FIELDS)
     if unknown:
         raise InvalidEventError(f"unknown field (allowed: {', '.join(sorted(_FIELDS))})", field=unknown[0])
@@ -306,6 +398,8 @@ def decode_event(raw: bytes | str, limits: EventLimits = DEFAULT_LIMITS) -> Inpu
 
 def encode_event(event: InputEvent) -> bytes:
     """Encode a domain input event as contract JSON (the inverse of :func:`decode_event`)."""
+    if isinstance(event, DecisionEvent):
+        return _encoder.encode(decision_value(event))
     data: dict[str, Any] = {
         "schema": DOCUMENT_SCHEMA,
         "op": "",
@@ -328,6 +422,11 @@ def encode_event(event: InputEvent) -> bytes:
             if getattr(attrs, name) is not None:
                 data[name] = getattr(attrs, name)
     return _encoder.encode(data)
+
+
+def event_key(event: InputEvent) -> str:
+    """Return the Kafka key of an input event: its source_id, or the subject of a decision."""
+    return event.subject if isinstance(event, DecisionEvent) else event.source_id
 
 
 def encode_for_dead_letter(event: InputEvent) -> bytes:

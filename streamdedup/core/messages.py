@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from streamdedup.core.model import AclEvent, DeleteEvent, Rank, SourceAttrs, UpsertEvent
+from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, Rank, SourceAttrs, UpsertEvent
 from streamdedup.core.partitioning import partition_for
 
 __all__ = [
@@ -24,16 +24,20 @@ __all__ = [
     "BoilerplateUpdate",
     "ContentStatus",
     "Info",
+    "LineDecision",
     "LineUpdate",
     "MemberReport",
     "Message",
     "NeighborUpdate",
     "Output",
+    "PairDecision",
+    "PairMark",
     "RefUpdate",
     "SourceRef",
     "VerifyRequest",
     "VerifyResult",
     "content_id",
+    "newer",
     "route",
     "split",
 ]
@@ -76,6 +80,25 @@ class Info(msgspec.Struct, frozen=True, array_like=True):
     target: str = ""  # the canonical's content hash, when role is "member"
 
 
+class PairMark(msgspec.Struct, frozen=True, array_like=True):
+    """A reviewer's decision about a pair, as each side keeps and tells it: ``keep_separate``, ``merge``, ``reopen``.
+
+    Of two marks about one pair the higher ``version`` is in force.
+    """
+
+    kind: str
+    version: int
+
+
+def newer(a: PairMark | None, b: PairMark | None) -> PairMark | None:
+    """Return the mark in force of two (None: no decision)."""
+    if a is None:
+        return b
+    if b is None or a.version >= b.version:
+        return a
+    return b
+
+
 class MemberReport(msgspec.Struct, frozen=True, array_like=True):
     """What a near member tells its canonical: its similarity, rank and first source positions.
 
@@ -99,9 +122,10 @@ class RefUpdate(msgspec.Struct, frozen=True, tag="ref", tag_field="op"):
     texts: tuple[str, ...] = ()  # the original chunk text at each position
     norm: str = ""
     attrs: SourceAttrs | None = None
-    # Only the attributes changed (an ACL event): the positions are those of the previous version and the
-    # content already has the texts, which sources do not keep.
+    # Only the attributes changed (an ACL event, a preference): the positions are those of the previous version
+    # and the content already has the texts, which sources do not keep.
     attrs_only: bool = False
+    attrs_seq: int = 0  # orders changes of the attributes within one version (a reviewer's preference)
 
 
 class ContentStatus(msgspec.Struct, frozen=True, tag="status", tag_field="op"):
@@ -163,6 +187,7 @@ class VerifyRequest(msgspec.Struct, frozen=True, tag="verify", tag_field="op"):
     norm: str
     text: str
     info: Info
+    decision: PairMark | None = None  # the sender's decision about the pair, if any
 
 
 class VerifyResult(msgspec.Struct, frozen=True, tag="verified", tag_field="op"):
@@ -180,6 +205,7 @@ class VerifyResult(msgspec.Struct, frozen=True, tag="verified", tag_field="op"):
     info: Info
     conflict: tuple[str, ...] | None = None  # the sender's fact tokens, when the facts differ
     text: str = ""
+    decision: PairMark | None = None  # the decision about the pair the answer was computed under
 
 
 class NeighborUpdate(msgspec.Struct, frozen=True, tag="neighbor", tag_field="op"):
@@ -200,6 +226,23 @@ class LineUpdate(msgspec.Struct, frozen=True, tag="lines", tag_field="op"):
     counted: bool  # whether the source counts as a document of the collection after this version
     added: tuple[tuple[str, str], ...] = ()  # (line hash, normalized line)
     removed: tuple[str, ...] = ()
+
+
+class PairDecision(msgspec.Struct, frozen=True, tag="pair", tag_field="op"):
+    """Source (the decision ledger) → content: a reviewer's decision about this content and ``other``."""
+
+    content_hash: str
+    other: str
+    mark: PairMark
+
+
+class LineDecision(msgspec.Struct, frozen=True, tag="line", tag_field="op"):
+    """Source (the decision ledger) → collection: a reviewer's decision about a normalized line."""
+
+    collection: str
+    line: str  # normalized
+    kind: str  # "allow", "strip" or "auto"
+    version: int
 
 
 class BoilerplateUpdate(msgspec.Struct, frozen=True, tag="boilerplate", tag_field="op"):
@@ -224,6 +267,9 @@ Message = (
     | BandLeave
     | LineUpdate
     | BoilerplateUpdate
+    | DecisionEvent
+    | PairDecision
+    | LineDecision
 )
 
 
@@ -239,6 +285,9 @@ _ROUTES: dict[type, tuple[str, str]] = {
     UpsertEvent: ("source", "source_id"),
     DeleteEvent: ("source", "source_id"),
     AclEvent: ("source", "source_id"),
+    DecisionEvent: ("source", "source_id"),
+    PairDecision: ("content", "content_hash"),
+    LineDecision: ("collection", "collection"),
     ContentStatus: ("source", "source_id"),
     LineUpdate: ("collection", "collection"),
     RefUpdate: ("content", "content_hash"),

@@ -12,14 +12,20 @@ from typing import Any, Literal
 import msgspec
 
 __all__ = [
+    "DECISION_KINDS",
     "EVERYONE",
+    "LINE_DECISIONS",
+    "PAIR_DECISIONS",
+    "SOURCE_DECISIONS",
     "AclEvent",
+    "DecisionEvent",
     "DeleteEvent",
     "InputEvent",
     "Rank",
     "SourceAttrs",
     "UpsertEvent",
     "covered",
+    "decision_route",
     "format_timestamp",
     "union_readers",
 ]
@@ -39,6 +45,8 @@ class SourceAttrs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     uri: str | None = None
     title: str | None = None
     metadata: dict[str, Any] | None = None
+    # A reviewer's ``prefer`` decision: the source's copies win the canonical choice in their clusters.
+    preferred: bool = False
 
 
 class UpsertEvent(msgspec.Struct, frozen=True, kw_only=True, tag="upsert", tag_field="op"):
@@ -68,17 +76,70 @@ class AclEvent(msgspec.Struct, frozen=True, kw_only=True, tag="acl", tag_field="
     acl: tuple[str, ...]
 
 
-InputEvent = UpsertEvent | DeleteEvent | AclEvent
+#: Decisions about a pair of contents, about a source, and about a line of a collection's boilerplate.
+PAIR_DECISIONS = ("keep_separate", "merge", "reopen")
+SOURCE_DECISIONS = ("prefer", "unprefer")
+LINE_DECISIONS = ("boilerplate_allow", "boilerplate_strip", "boilerplate_auto")
+DECISION_KINDS = PAIR_DECISIONS + SOURCE_DECISIONS + LINE_DECISIONS
+
+
+class DecisionEvent(msgspec.Struct, frozen=True, kw_only=True, tag="decision", tag_field="op"):
+    """A reviewer's decision (``streamdedup.decision/v1``), applied by the engine like any other input event.
+
+    A decision is about a *subject*: a pair of contents (``pair``, the two hashes in order), a source
+    (``subject_source``) or a line of a collection (``collection``, ``line``). Of the decisions about one subject the
+    highest ``version`` is in force; an equal or older one changes nothing. ``source_id`` is the key the event is
+    routed by: the source for a source decision, else a key no source can have (it starts with a NUL character).
+    """
+
+    source_id: str
+    version: int
+    kind: str
+    by: str
+    at: int | None = None  # microseconds since the epoch
+    note: str | None = None
+    reason: str | None = None  # the flag's reason, for a pair decision that answers a flag
+    pair: tuple[str, str] | None = None
+    subject_source: str | None = None
+    collection: str | None = None
+    line: str | None = None
+
+    @property
+    def subject(self) -> str:
+        """The subject as the ``audit`` record of the decision names it."""
+        if self.pair is not None:
+            return f"{self.pair[0]}:{self.pair[1]}"
+        if self.subject_source is not None:
+            return f"source:{self.subject_source}"
+        return f"line:{self.collection}:{self.line}"
+
+
+def decision_route(
+    *, pair: tuple[str, str] | None = None, source: str | None = None, collection: str = "", line: str = ""
+) -> str:
+    """Return the routing key of a decision about a pair, a source, or a collection's line."""
+    if pair is not None:
+        return f"\x00decision\x00pair\x00{pair[0]}\x00{pair[1]}"
+    if source is not None:
+        return source
+    return f"\x00decision\x00line\x00{collection}\x00{line}"
+
+
+InputEvent = UpsertEvent | DeleteEvent | AclEvent | DecisionEvent
 
 
 class Rank(msgspec.Struct, frozen=True, array_like=True):
-    """The canonical-policy attributes of a content: those of its best source position."""
+    """The canonical-policy attributes of a content: those of its best source position.
+
+    ``preferred`` (a reviewer preferred its best source) comes before every criterion of the policy.
+    """
 
     authority: int
     modified_at: int
     length: int
     source_id: str
     content_hash: str
+    preferred: bool = False
 
 
 def union_readers(acls: list[tuple[str, ...]] | tuple[tuple[str, ...], ...]) -> tuple[str, ...]:

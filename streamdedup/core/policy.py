@@ -46,8 +46,8 @@ class CanonicalPolicy:
             self.ref_order = _default_ref_order  # type: ignore[method-assign]
 
     def sort_key(self, rank: Rank) -> tuple[Any, ...]:
-        """Return a key under which the better rank sorts first."""
-        return (*(get(rank) for get in self._getters), rank.content_hash)
+        """Return a key under which the better rank sorts first (a reviewer's preference before every criterion)."""
+        return (not rank.preferred, *(get(rank) for get in self._getters), rank.content_hash)
 
     def better(self, a: Rank, b: Rank) -> bool:
         """Return whether ``a`` wins the canonical choice over ``b``."""
@@ -55,6 +55,8 @@ class CanonicalPolicy:
 
     def reason(self, winner: Rank, loser: Rank) -> str:
         """Name the first criterion that decides between two ranks."""
+        if winner.preferred != loser.preferred:
+            return "preferred by a reviewer"
         for criterion in self.criteria:
             get = _GETTERS[criterion]
             if get(winner) != get(loser):
@@ -64,7 +66,7 @@ class CanonicalPolicy:
     def ref_order(self, source_id: str, position: int, attrs: SourceAttrs) -> tuple[Any, ...]:
         """Return a key under which the preferred source position sorts first (then position, then source_id)."""
         ref = (source_id, position, attrs)
-        return (*(get(ref) for get in self._ref_getters), position, source_id)
+        return (not attrs.preferred, *(get(ref) for get in self._ref_getters), position, source_id)
 
     def best_ref(self, refs: Iterable[RefKey]) -> tuple[str, int, SourceAttrs]:
         """Return the source position whose attributes the policy prefers (position, then source_id, break ties)."""
@@ -78,15 +80,22 @@ class CanonicalPolicy:
     def rank_of(content_hash: str, length: int, best: RefKey) -> Rank:
         """Return the rank of a content whose best source position is ``best``."""
         source_id, _, attrs = best
-        return Rank(attrs.authority, attrs.modified_at, length, source_id, content_hash)
+        return Rank(attrs.authority, attrs.modified_at, length, source_id, content_hash, attrs.preferred)
 
 
 def _default_sort_key(rank: Rank) -> tuple[Any, ...]:
-    return (-rank.authority, -rank.modified_at, -rank.length, rank.source_id, rank.content_hash)
+    return (
+        not rank.preferred,
+        -rank.authority,
+        -rank.modified_at,
+        -rank.length,
+        rank.source_id,
+        rank.content_hash,
+    )
 
 
 def _default_ref_order(source_id: str, position: int, attrs: SourceAttrs) -> tuple[Any, ...]:
-    return (-attrs.authority, -attrs.modified_at, source_id, position, source_id)
+    return (not attrs.preferred, -attrs.authority, -attrs.modified_at, source_id, position, source_id)
 
 
 _GETTERS: dict[str, Any] = {

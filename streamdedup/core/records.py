@@ -6,15 +6,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from streamdedup.core.messages import MemberReport, SourceRef
-from streamdedup.core.model import SourceAttrs, format_timestamp
+from streamdedup.core.model import DecisionEvent, SourceAttrs, format_timestamp
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.state import MappingEntry
 
 __all__ = [
     "CHUNK_SCHEMA",
+    "DECISION_SCHEMA",
     "MAPPING_SCHEMA",
     "audit_value",
     "chunk_value",
+    "decision_audit_value",
+    "decision_value",
     "mapping_value",
     "review_key",
     "review_value",
@@ -25,6 +28,7 @@ CHUNK_SCHEMA = "streamdedup.chunk/v2"
 MAPPING_SCHEMA = "streamdedup.mapping/v1"
 REVIEW_SCHEMA = "streamdedup.review/v1"
 AUDIT_SCHEMA = "streamdedup.audit/v1"
+DECISION_SCHEMA = "streamdedup.decision/v1"
 
 JACCARD_DIGITS = 6
 
@@ -135,6 +139,37 @@ def review_key(hash_a: str, hash_b: str) -> str:
     return f"{low}:{high}"
 
 
-def audit_value(chunk_id: str, action: str, reason: str, **detail: Any) -> dict[str, Any]:
+def audit_value(chunk_id: str | None, action: str, reason: str, **detail: Any) -> dict[str, Any]:
     """Return an ``audit`` value."""
     return {"schema": AUDIT_SCHEMA, "chunk_id": chunk_id, "action": action, "reason": reason, **detail}
+
+
+def decision_value(event: DecisionEvent) -> dict[str, Any]:
+    """Return a decision as contract JSON (``streamdedup.decision/v1``; the inverse of decoding it)."""
+    data: dict[str, Any] = {"schema": DECISION_SCHEMA, "decision": event.kind, "version": event.version}
+    if event.pair is not None:
+        data["pair"] = list(event.pair)
+    elif event.subject_source is not None:
+        data["source_id"] = event.subject_source
+    else:
+        data.update(collection=event.collection, line=event.line)
+    data["by"] = event.by
+    if event.at is not None:
+        data["at"] = format_timestamp(event.at)
+    for name in ("note", "reason"):
+        if getattr(event, name) is not None:
+            data[name] = getattr(event, name)
+    return data
+
+
+def decision_audit_value(event: DecisionEvent) -> dict[str, Any]:
+    """Return the ``audit`` value of an applied decision: what was decided, about what, and who decided it."""
+    return {
+        "schema": AUDIT_SCHEMA,
+        "chunk_id": None,
+        "action": "decision",
+        "reason": event.kind,
+        "subject": event.subject,
+        "by": event.by,
+        "decision": decision_value(event),
+    }

@@ -13,7 +13,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
 
-from streamdedup.core.messages import Info, MemberReport
+from streamdedup.core.messages import Info, MemberReport, PairMark
 from streamdedup.core.model import EVERYONE, Rank, SourceAttrs
 from streamdedup.core.normalize import normalize
 
@@ -26,6 +26,8 @@ __all__ = [
     "Conflict",
     "ContentIds",
     "ContentRecord",
+    "DecisionRecord",
+    "LineMark",
     "LineRecord",
     "MappingEntry",
     "NeighborEntry",
@@ -105,6 +107,27 @@ class SourceRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     statuses: dict[str, StatusEntry] = msgspec.field(default_factory=dict)
     mapped: bytes = b""  # a fingerprint per position of the last mapping sent (what changes in the next)
     mapped_version: int = -1  # the version the last mapping sent was for (-1: none was sent)
+    # A reviewer's prefer/unprefer decision in force (its version; -1: none), kept across versions and deletes.
+    preferred: bool = False
+    preferred_version: int = -1
+    # Counts changes of the attributes that are not a new version (a preference): contents order updates by
+    # (version, attrs_seq).
+    attrs_seq: int = 0
+
+
+class DecisionRecord(msgspec.Struct, kw_only=True, array_like=True):
+    """The version of the decision in force about one pair or line (the source stage's ledger of decisions)."""
+
+    version: int = -1
+    kind: str = ""
+
+
+class LineMark(msgspec.Struct, frozen=True, array_like=True):
+    """A decision about a line of a collection: ``allow`` or ``strip`` (``auto``: the counts decide)."""
+
+    kind: str
+    version: int
+    text: str
 
 
 class BoilerplateSnapshot(msgspec.Struct, kw_only=True):
@@ -120,6 +143,7 @@ class CollectionRecord(msgspec.Struct, kw_only=True):
     docs: int = 0
     seq: int = 0
     boilerplate: dict[str, str] = msgspec.field(default_factory=dict)
+    decided: dict[str, LineMark] = msgspec.field(default_factory=dict)  # line hash -> a reviewer's decision
 
 
 class LineRecord(msgspec.Struct, kw_only=True, array_like=True):
@@ -146,6 +170,7 @@ class RefEntry(msgspec.Struct, kw_only=True, array_like=True, omit_defaults=True
     positions: tuple[int, ...] = ()
     texts: tuple[str, ...] = ()  # empty when every original text equals the content's display text
     attrs: SourceAttrs | None = None
+    attrs_seq: int = 0  # orders attribute changes within a version (see SourceRecord.attrs_seq)
 
 
 class NeighborEntry(msgspec.Struct, kw_only=True, array_like=True):
@@ -252,6 +277,9 @@ class ContentRecord(msgspec.Struct, kw_only=True, dict=True, omit_defaults=True)
     # otherwise have joined (the best known, kept here until its own discovery is complete).
     conflicted: bool = False
     conflict: Conflict | None = None
+    flag_partner: str = ""  # the text the open fact_conflict flag names, until a decision resolves it
+    # Reviewers' decisions about pairs with this content (other content hash -> the decision in force).
+    decisions: dict[str, PairMark] = msgspec.field(default_factory=dict)
 
     @property
     def norm(self) -> str:
@@ -312,6 +340,7 @@ R = TypeVar(
     LineRecord,
     CollectionMember,
     ContentIds,
+    DecisionRecord,
 )
 
 

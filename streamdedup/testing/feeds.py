@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import random
 
-from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent, SourceAttrs, UpsertEvent
+from streamdedup.core.model import (
+    PAIR_DECISIONS,
+    AclEvent,
+    DecisionEvent,
+    DeleteEvent,
+    InputEvent,
+    SourceAttrs,
+    UpsertEvent,
+    decision_route,
+)
+from streamdedup.core.normalize import content_hash
 
-__all__ = ["ACLS", "ParagraphPool", "random_feed"]
+__all__ = ["ACLS", "ParagraphPool", "pair_decision", "preference", "random_feed", "with_decisions"]
 
 _VOCABULARY = (
     "account settings page security option button link email address request policy team member review "
@@ -75,3 +85,59 @@ def random_feed(
             )
             feed.append(UpsertEvent(source_id=source_id, version=version, attrs=attrs, chunks=chunks))
     return feed
+
+
+def pair_decision(kind: str, a: str, b: str, version: int, *, by: str = "reviewer") -> DecisionEvent:
+    """Return a reviewer's decision about the contents of two texts (as chunks, before normalization)."""
+    low, high = sorted((content_hash(a), content_hash(b)))
+    return DecisionEvent(
+        source_id=decision_route(pair=(low, high)), version=version, kind=kind, by=by, pair=(low, high)
+    )
+
+
+def preference(source_id: str, version: int, *, prefer: bool = True, by: str = "reviewer") -> DecisionEvent:
+    """Return a reviewer's prefer (or unprefer) decision about a source."""
+    return DecisionEvent(
+        source_id=source_id,
+        version=version,
+        kind="prefer" if prefer else "unprefer",
+        by=by,
+        subject_source=source_id,
+    )
+
+
+def with_decisions(
+    rng: random.Random, feed: list[InputEvent], pool: ParagraphPool, *, count: int = 8
+) -> list[InputEvent]:
+    """Return ``feed`` with ``count`` reviewers' decisions at random places among its events.
+
+    Pair decisions (keep_separate, merge, reopen) name two texts of the pool, mostly of one family (so they meet
+    near copies and fact variants); preferences name the feed's sources. Some decisions repeat an earlier one or
+    carry an older version than the newest about their subject.
+    """
+    sources = sorted({e.source_id for e in feed}) or ["src-0"]
+    versions: dict[str, int] = {}
+    decided: list[DecisionEvent] = []
+    out = list(feed)
+    family = 9  # texts per family of ParagraphPool
+    for _ in range(count):
+        if decided and rng.random() < 0.15:
+            decision = rng.choice(decided)  # a replay, possibly older than the newest about its subject
+        elif rng.random() < 0.7:
+            first = rng.randrange(len(pool.texts))
+            start = first - first % family
+            pick = rng.randrange(start, min(start + family, len(pool.texts)))
+            second = pick if rng.random() < 0.8 else rng.randrange(len(pool.texts))
+            a, b = pool.texts[first], pool.texts[second]
+            if content_hash(a) == content_hash(b):
+                continue
+            key = "pair:" + ":".join(sorted((content_hash(a), content_hash(b))))
+            versions[key] = versions.get(key, 0) + rng.randint(1, 2)
+            decision = pair_decision(rng.choice(PAIR_DECISIONS), a, b, versions[key])
+        else:
+            source_id = rng.choice(sources)
+            versions[source_id] = versions.get(source_id, 0) + 1
+            decision = preference(source_id, versions[source_id], prefer=rng.random() < 0.7)
+        decided.append(decision)
+        out.insert(rng.randrange(len(out) + 1), decision)
+    return out

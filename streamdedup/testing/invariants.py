@@ -2,6 +2,10 @@
 
 I4 and I5 compare views with each other (replaying events, re-running input) and are checked by the tests that
 produce the views. Each check returns a list of readable violations; an empty list means the view is sound.
+
+Reviewers' decisions amend I1 and I6 for one pair each: a ``near`` relation between two texts that a ``merge``
+decision in force names may be below the threshold (a ``semantic`` pair) or state different facts (a
+``fact_conflict`` pair); no decision ever excuses I2 or I3.
 """
 
 from __future__ import annotations
@@ -18,9 +22,23 @@ __all__ = ["check_invariants"]
 
 
 def check_invariants(
-    view: View, sources: dict[str, LiveSource], *, threshold: float, shingle_size: int
+    view: View,
+    sources: dict[str, LiveSource],
+    *,
+    threshold: float,
+    shingle_size: int,
+    decisions: dict[tuple[str, str], str] | None = None,
 ) -> list[str]:
-    """Return every violation of I1, I2, I3 and I6 in ``view``, given the live ``sources``."""
+    """Return every violation of I1, I2, I3 and I6 in ``view``, given the live ``sources``.
+
+    ``decisions``: the reviewers' decisions in force about pairs (lower hash first), as
+    :func:`~streamdedup.testing.reference.decisions_in_force` returns them.
+    """
+    merged = {pair for pair, kind in (decisions or {}).items() if kind == "merge"}
+
+    def excused(a: str, b: str) -> bool:
+        return (min(a, b), max(a, b)) in merged
+
     problems: list[str] = []
     # Every live position: (source_id, position) -> (content hash, normalized text, source).
     positions: dict[tuple[str, int], tuple[str, str, LiveSource]] = {}
@@ -54,7 +72,9 @@ def check_invariants(
             )
             continue
         for entry in entries:
-            problems.extend(_check_position(view, source, entry, positions, norm_of, threshold, shingle_size))
+            problems.extend(
+                _check_position(view, source, entry, positions, norm_of, threshold, shingle_size, excused)
+            )
 
     # The complete map of each chunk is what the mappings say: the chunk's counts must agree with it.
     mapped: dict[str, list[tuple[str, int, str]]] = {}
@@ -65,7 +85,9 @@ def check_invariants(
             )
     for chunk_id, chunk in view.chunks.items():
         problems.extend(
-            _check_chunk(chunk_id, chunk, positions, by_hash, norm_of, readers_of, threshold, shingle_size)
+            _check_chunk(
+                chunk_id, chunk, positions, by_hash, norm_of, readers_of, threshold, shingle_size, excused
+            )
         )
         refs = mapped.get(chunk_id, [])
         if chunk["source_count"] != len(refs):
@@ -92,6 +114,7 @@ def _check_position(
     norm_of: dict[str, str],
     threshold: float,
     shingle_size: int,
+    excused: Any,
 ) -> list[str]:
     where = f"{source.source_id}:{entry['position']}"
     content_hash, norm, _ = positions[(source.source_id, entry["position"])]
@@ -121,7 +144,7 @@ def _check_position(
         canonical_norm = norm_of.get(canonical_hash)
         if canonical_norm is None:
             problems.append(f"I3: chunk {canonical_hash[:12]} has no live canonical text")
-        else:
+        elif not excused(content_hash, canonical_hash):
             similarity = jaccard(norm, canonical_norm, shingle_size)
             if similarity < threshold:
                 problems.append(f"I1: {where} is 'near' with Jaccard {similarity:.3f} below {threshold}")
@@ -141,6 +164,7 @@ def _check_chunk(
     readers_of: Any,
     threshold: float,
     shingle_size: int,
+    excused: Any,
 ) -> list[str]:
     where = f"chunk {chunk_id[:12]}"
     problems = []
@@ -171,7 +195,7 @@ def _check_chunk(
             problems.append(
                 f"I2: {where} merges near member {member_hash[:12]} whose readers it does not cover"
             )
-        if canonical_hash in norm_of:
+        if canonical_hash in norm_of and not excused(member_hash, canonical_hash):
             if jaccard(norm_of[member_hash], norm_of[canonical_hash], shingle_size) < threshold:
                 problems.append(f"I1: {where} has near member {member_hash[:12]} below the threshold")
             if fact_conflict(norm_of[member_hash], norm_of[canonical_hash]):

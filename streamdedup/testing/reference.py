@@ -19,7 +19,15 @@ from streamdedup.core.clustering import decide
 from streamdedup.core.engine import Engine
 from streamdedup.core.facts import fact_conflict
 from streamdedup.core.messages import Info, MemberReport, SourceRef
-from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent, Rank, SourceAttrs, union_readers
+from streamdedup.core.model import (
+    AclEvent,
+    DecisionEvent,
+    DeleteEvent,
+    InputEvent,
+    Rank,
+    SourceAttrs,
+    union_readers,
+)
 from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.records import chunk_value, mapping_value, review_key
@@ -27,7 +35,7 @@ from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.core.stages.source import document_chunks
 from streamdedup.core.state import MappingEntry, SourceRecord, source_texts
 
-__all__ = ["LiveSource", "Reference", "live_sources", "live_sources_in_store"]
+__all__ = ["LiveSource", "Reference", "decisions_in_force", "live_sources", "live_sources_in_store"]
 
 
 @dataclass(frozen=True)
@@ -47,11 +55,25 @@ class LiveSource:
 
 
 def live_sources(events: Iterable[InputEvent], params: EngineParams | None = None) -> dict[str, LiveSource]:
-    """Apply the version rules of the contract and return the live sources (chunked without boilerplate)."""
+    """Apply the version rules of the contract and return the live sources (chunked without boilerplate).
+
+    A reviewer's ``prefer``/``unprefer`` decision (the newest about a source) sets its attributes' ``preferred``.
+    """
     params = params or EngineParams()
     versions: dict[str, int] = {}
+    preferences: dict[str, tuple[int, bool]] = {}
     live: dict[str, LiveSource] = {}
     for event in events:
+        if isinstance(event, DecisionEvent):
+            source_id = event.subject_source
+            if source_id is None or event.version <= preferences.get(source_id, (-1, False))[0]:
+                continue
+            preferences[source_id] = (event.version, event.kind == "prefer")
+            current = live.get(source_id)
+            if current is not None:
+                attrs = msgspec.structs.replace(current.attrs, preferred=event.kind == "prefer")
+                live[source_id] = LiveSource(source_id, current.version, attrs, current.texts, current.norms)
+            continue
         if event.version <= versions.get(event.source_id, -1):
             continue
         versions[event.source_id] = event.version
@@ -60,20 +82,36 @@ def live_sources(events: Iterable[InputEvent], params: EngineParams | None = Non
         elif isinstance(event, AclEvent):
             current = live.get(event.source_id)
             if current is not None:
-                attrs = msgspec.structs.replace(current.attrs, acl=event.acl)
+                attrs = msgspec.structs.replace(current.attrs, acl=event.acl)  # keeps ``preferred``
                 live[event.source_id] = LiveSource(
                     event.source_id, event.version, attrs, current.texts, current.norms
                 )
         else:
             chunks = document_chunks(event, params)
+            attrs = event.attrs
+            if preferences.get(event.source_id, (-1, False))[1]:
+                attrs = msgspec.structs.replace(attrs, preferred=True)
             live[event.source_id] = LiveSource(
                 event.source_id,
                 event.version,
-                event.attrs,
+                attrs,
                 tuple(c.original for c in chunks),
                 tuple(normalize(c.plain) for c in chunks),
             )
     return live
+
+
+def decisions_in_force(events: Iterable[InputEvent]) -> dict[tuple[str, str], str]:
+    """Return the reviewers' decision in force about each pair (the newest version): its kind."""
+    newest: dict[tuple[str, str], tuple[int, str]] = {}
+    for event in events:
+        if (
+            isinstance(event, DecisionEvent)
+            and event.pair is not None
+            and event.version > newest.get(event.pair, (-1, ""))[0]
+        ):
+            newest[event.pair] = (event.version, event.kind)
+    return {pair: kind for pair, (_, kind) in newest.items()}
 
 
 def live_sources_in_store(store: Any) -> dict[str, LiveSource]:
@@ -112,16 +150,25 @@ class _Content:
 class Reference:
     """The expected outcome for a set of live sources under one engine's parameters."""
 
-    def __init__(self, engine: Engine, sources: dict[str, LiveSource]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        sources: dict[str, LiveSource],
+        decisions: dict[tuple[str, str], str] | None = None,
+    ) -> None:
+        """``decisions``: the reviewers' decisions in force about pairs (:func:`decisions_in_force`)."""
         self.engine = engine
         self.sources = sources
+        self.decisions = decisions or {}
         params = engine.params
         self.contents = self._contents()
         self.edges: dict[str, dict[str, float]] = {h: {} for h in self.contents}
         self.fact_conflicts: set[str] = set()
+        size = params.shingle_size
         for a, b in self._candidate_pairs():
+            if self.decisions.get((a, b)) in ("keep_separate", "merge"):
+                continue  # decided below
             ca, cb = self.contents[a], self.contents[b]
-            size = params.shingle_size
             similarity = jaccard_of_sets(shingle_set(ca.norm, size), shingle_set(cb.norm, size))
             if similarity < params.threshold:
                 continue
@@ -129,6 +176,12 @@ class Reference:
                 self.fact_conflicts.add(review_key(a, b))
                 continue
             self.edges[a][b] = self.edges[b][a] = similarity
+        # A reviewer's merge is an edge whatever the Jaccard and the facts (both texts live).
+        for (a, b), kind in sorted(self.decisions.items()):
+            if kind == "merge" and a in self.contents and b in self.contents:
+                ca, cb = self.contents[a], self.contents[b]
+                similarity = jaccard_of_sets(shingle_set(ca.norm, size), shingle_set(cb.norm, size))
+                self.edges[a][b] = self.edges[b][a] = similarity
         self.role: dict[str, tuple[str, str, float]] = {}
         self.acl_boundaries: set[str] = set()
         self._cluster()
@@ -174,20 +227,42 @@ class Reference:
         return pairs
 
     def _cluster(self) -> None:
+        """Decide every content in policy order, again until nothing changes (a reviewer's merge may make a content
+        join a worse-ranked one, decided after it)."""
         policy = self.engine.policy
         order = sorted(self.contents, key=lambda h: policy.sort_key(self.contents[h].rank))
-        for content_hash in order:
-            content = self.contents[content_hash]
-            neighbors = []
-            for other, similarity in sorted(self.edges[content_hash].items()):
-                o = self.contents[other]
-                role, target, _ = self.role.get(other, ("pending", "", 1.0))
-                neighbors.append((other, similarity, Info(0, role, o.rank, o.readers, target)))  # type: ignore[arg-type]
-            decision = decide(content.rank, content.readers, neighbors, policy, first=False)
-            assert decision is not None
-            for other in decision.refused:
-                self.acl_boundaries.add(review_key(content_hash, other))
-            self.role[content_hash] = (decision.role, decision.target, decision.jaccard)
+        merged: dict[str, set[str]] = {}
+        for (a, b), kind in self.decisions.items():
+            if kind == "merge":
+                merged.setdefault(a, set()).add(b)
+                merged.setdefault(b, set()).add(a)
+        for _ in range(len(order) + 1):
+            changed = False
+            self.acl_boundaries = set()
+            for content_hash in order:
+                content = self.contents[content_hash]
+                neighbors = []
+                for other, similarity in sorted(self.edges[content_hash].items()):
+                    o = self.contents[other]
+                    role, target, _ = self.role.get(other, ("pending", "", 1.0))
+                    neighbors.append((other, similarity, Info(0, role, o.rank, o.readers, target)))  # type: ignore[arg-type]
+                decision = decide(
+                    content.rank,
+                    content.readers,
+                    neighbors,
+                    policy,
+                    first=False,
+                    merged=merged.get(content_hash, ()),
+                )
+                assert decision is not None
+                for other in decision.refused:
+                    self.acl_boundaries.add(review_key(content_hash, other))
+                placed = (decision.role, decision.target, decision.jaccard)
+                changed |= self.role.get(content_hash) != placed
+                self.role[content_hash] = placed
+            if not changed:
+                return
+        raise AssertionError("the clustering did not settle")  # pragma: no cover - see clustering's docs
 
     def chunks(self) -> dict[str, dict[str, Any]]:
         """Return the expected ``canonical-chunks`` view, without revisions."""

@@ -1,4 +1,4 @@
-"""A Hypothesis state machine over upsert, delete, acl, replay and re-order events.
+"""A Hypothesis state machine over upsert, delete, acl, reviewers' decisions, replay and re-order events.
 
 After every step the engine's view must satisfy I1-I3 and I6 for the live sources of a simple reference model
 (the contract's version rules), equal the reference model's view, and I4 must hold: replaying any earlier event,
@@ -7,19 +7,27 @@ or an older version after a newer one, changes nothing.
 
 import random
 
+import msgspec
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from streamdedup.core.engine import Engine
-from streamdedup.core.model import AclEvent, DeleteEvent, SourceAttrs, UpsertEvent
+from streamdedup.core.model import (
+    PAIR_DECISIONS,
+    AclEvent,
+    DecisionEvent,
+    DeleteEvent,
+    SourceAttrs,
+    UpsertEvent,
+)
 from streamdedup.core.params import EngineParams
 from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.memory import MemoryStore
-from streamdedup.testing.feeds import ACLS, ParagraphPool
+from streamdedup.testing.feeds import ACLS, ParagraphPool, pair_decision, preference
 from streamdedup.testing.invariants import check_invariants
-from streamdedup.testing.reference import Reference, live_sources
+from streamdedup.testing.reference import Reference, decisions_in_force, live_sources
 
 ENGINE = Engine(EngineParams())
 POOL = ParagraphPool(random.Random(2024), families=3).texts
@@ -37,6 +45,7 @@ class DedupMachine(RuleBasedStateMachine):
         self.view = View()
         self.events = []
         self.versions = {}
+        self.decision_versions = {}
 
     def _apply(self, event, *, changes_nothing=False):
         before = self.view.compacted()
@@ -98,6 +107,35 @@ class DedupMachine(RuleBasedStateMachine):
             event = AclEvent(source_id=source, version=version, acl=("*",))
         self._apply(event, changes_nothing=True)
 
+    @rule(
+        pair=st.lists(st.sampled_from(POOL), min_size=2, max_size=2, unique=True),
+        kind=st.sampled_from(PAIR_DECISIONS),
+        step=st.integers(1, 2),
+    )
+    def decide_pair(self, pair, kind, step):
+        event = pair_decision(kind, pair[0], pair[1], 0)
+        if event.pair[0] == event.pair[1]:
+            return  # two spellings of one text
+        version = self.decision_versions[event.subject] = self.decision_versions.get(event.subject, 0) + step
+        self._apply(pair_decision(kind, pair[0], pair[1], version))
+
+    @rule(source=SOURCES, prefer=st.booleans())
+    def decide_preference(self, source, prefer):
+        version = self.decision_versions[source] = self.decision_versions.get(source, 0) + 1
+        self._apply(preference(source, version, prefer=prefer))
+
+    @precondition(lambda self: any(isinstance(e, DecisionEvent) for e in self.events))
+    @rule(data=st.data(), kind=st.sampled_from((*PAIR_DECISIONS, "prefer", "unprefer")))
+    def stale_decision(self, data, kind):
+        # an older decision about a subject arriving after a newer one
+        decided = [e for e in self.events if isinstance(e, DecisionEvent)]
+        event = data.draw(st.sampled_from(decided))
+        if (event.pair is None) != (kind in PAIR_DECISIONS):
+            kind = event.kind
+        newest = max(e.version for e in decided if e.subject == event.subject)
+        version = data.draw(st.integers(0, newest))
+        self._apply(msgspec.structs.replace(event, kind=kind, version=version), changes_nothing=True)
+
     @rule()
     def restart(self):
         self.runner = EmbeddedRunner(self.engine, self.store)
@@ -106,9 +144,9 @@ class DedupMachine(RuleBasedStateMachine):
     def view_is_sound_and_equals_the_reference(self):
         if not hasattr(self, "view"):
             return
-        live = live_sources(self.events)
-        assert check_invariants(self.view, live, threshold=0.8, shingle_size=5) == []
-        assert self.view.compacted(with_revision=False) == Reference(self.engine, live).compacted()
+        live, decisions = live_sources(self.events), decisions_in_force(self.events)
+        assert check_invariants(self.view, live, threshold=0.8, shingle_size=5, decisions=decisions) == []
+        assert self.view.compacted(with_revision=False) == Reference(self.engine, live, decisions).compacted()
         assert self.runner.counters.chunks == len(self.view.chunks)
 
 

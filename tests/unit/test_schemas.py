@@ -13,6 +13,9 @@ from streamdedup.cli.main import app
 from streamdedup.codec import encode_event, encode_output_line
 from streamdedup.core.messages import Output
 from streamdedup.core.model import AclEvent, DeleteEvent
+from streamdedup.decisions import decision_event, parse_decision
+from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.store.memory import MemoryStore
 from tests.helpers import run_embedded, upsert
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
@@ -35,7 +38,7 @@ def validator(name):
 def test_every_schema_is_valid_and_named_after_its_event():
     assert set(SCHEMAS) == {
         "document.v1.schema.json", "chunk.v2.schema.json", "mapping.v1.schema.json", "review.v1.schema.json",
-        "audit.v1.schema.json", "dlq.v1.schema.json", "output-line.v1.schema.json",
+        "audit.v1.schema.json", "dlq.v1.schema.json", "output-line.v1.schema.json", "decision.v1.schema.json",
     }  # fmt: skip
     for name in SCHEMAS:
         validator(name)
@@ -93,3 +96,30 @@ def test_encoded_input_events_match_the_document_schema(event):
 def test_tombstone_lines_match_the_line_schema():
     record = json.loads(encode_output_line(Output("canonical-chunks", "a" * 64, None)))
     assert validator("output-line.v1.schema.json").is_valid(record)
+
+
+def test_decisions_and_their_audit_records_match_their_schemas(engine):
+    decision = validator("decision.v1.schema.json")
+    audit = validator("audit.v1.schema.json")
+    pair = ("a" * 64, "b" * 64)
+    events = [
+        decision_event("keep_separate", by="ana", pair=pair, reason="fact_conflict", note="two versions"),
+        decision_event("merge", by="ana", pair=pair, reason="semantic"),
+        decision_event("reopen", by="ana", pair=pair),
+        decision_event("prefer", by="ana", source_id="a"),
+        decision_event("boilerplate_strip", by="ana", collection="kb", line="Internal: do not forward"),
+    ]
+    runner = EmbeddedRunner(engine, MemoryStore())
+    for event in events:
+        assert decision.is_valid(event), event
+        outputs = runner.process([parse_decision(event)], lambda o: None)
+        audits = [o.value for o in outputs if o.topic == "audit"]
+        assert audits and all(audit.is_valid(a) for a in audits), audits
+    for broken in (
+        {**events[0], "pair": [pair[0]]},
+        {**events[0], "source_id": "a"},
+        {**events[1], "reason": "acl_boundary"},
+        {**events[3], "decision": "approve"},
+        {k: v for k, v in events[3].items() if k != "by"},
+    ):
+        assert not decision.is_valid(broken), broken

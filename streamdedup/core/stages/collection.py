@@ -2,8 +2,10 @@
 
 Sources report the lines each version adds and removes. The stage counts, per collection, the documents and the
 documents containing each line; once a collection has ``boilerplate_min_docs`` documents, a line found in at
-least ``boilerplate_fraction`` of them is boilerplate, unless the allow-list names it. Every change of the list
-is sent to every partition of the ``source`` stage, which strips those lines before chunking from then on.
+least ``boilerplate_fraction`` of them is boilerplate, unless the allow-list names it. A reviewer's decision
+about a line overrides the counts: ``allow`` keeps it, ``strip`` strips it, ``auto`` gives it back to them. Every
+change of the list is sent to every partition of the ``source`` stage, which strips those lines before chunking
+from then on.
 
 A document keeps the chunks it was cut into: a line that becomes boilerplate after a document was ingested
 leaves that document's chunks as they are until its next version is ingested, which is chunked without it.
@@ -15,9 +17,16 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from streamdedup.core.messages import BoilerplateUpdate, LineUpdate, Message, Output
+from streamdedup.core.messages import BoilerplateUpdate, LineDecision, LineUpdate, Message, Output
 from streamdedup.core.normalize import normalize
-from streamdedup.core.state import CollectionMember, CollectionRecord, LineRecord, PartitionState, Table
+from streamdedup.core.state import (
+    CollectionMember,
+    CollectionRecord,
+    LineMark,
+    LineRecord,
+    PartitionState,
+    Table,
+)
 
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
@@ -61,6 +70,15 @@ class CollectionStage:
         lines.prefetch(list(keys))
         touched: dict[str, set[str]] = {}
         for message in messages:
+            if isinstance(message, LineDecision):
+                record = collections.get_or_new(collection_key(message.collection))
+                hashed = line_hash(message.line)
+                known = record.decided.get(hashed)
+                if known is None or message.version > known.version:
+                    record.decided[hashed] = LineMark(message.kind, message.version, message.line)
+                    collections.mark(collection_key(message.collection))
+                    touched.setdefault(message.collection, set()).add(hashed)
+                continue
             if not isinstance(message, LineUpdate):  # pragma: no cover - routing guarantees the type
                 raise TypeError(f"collection stage cannot handle {type(message).__name__}")
             member_key = f"m\x00{message.collection}\x00{message.source_id}"
@@ -112,11 +130,15 @@ class CollectionStage:
         changed = False
         for hashed in sorted(candidates):
             line = lines.get(line_key(collection, hashed))
-            boilerplate = (
-                enabled and line is not None and line.count >= threshold and line.text not in self._allow
-            )
+            mark = record.decided.get(hashed)
+            if mark is not None and mark.kind != "auto":
+                boilerplate = mark.kind == "strip"
+            else:
+                boilerplate = (
+                    enabled and line is not None and line.count >= threshold and line.text not in self._allow
+                )
             if boilerplate and hashed not in record.boilerplate:
-                record.boilerplate[hashed] = line.text  # type: ignore[union-attr]
+                record.boilerplate[hashed] = line.text if line is not None else mark.text  # type: ignore[union-attr]
                 changed = True
             elif not boilerplate and hashed in record.boilerplate:
                 del record.boilerplate[hashed]

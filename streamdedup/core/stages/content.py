@@ -28,6 +28,7 @@ from streamdedup.core.messages import (
     Message,
     NeighborUpdate,
     Output,
+    PairDecision,
     RefUpdate,
     VerifyRequest,
     VerifyResult,
@@ -63,8 +64,9 @@ class ContentStage:
         self._appliers: dict[type, Callable[[Work, Message, list[Message | Output]], None]] = {
             RefUpdate: self._on_ref_update,  # type: ignore[dict-item]
             BandAck: lambda work, message, out: discovery.on_band_answer(work, message),  # type: ignore[arg-type]
-            VerifyRequest: lambda work, message, out: discovery.on_verify_request(work, message),  # type: ignore[arg-type]
-            VerifyResult: lambda work, message, out: discovery.on_verify_result(work, message),  # type: ignore[arg-type]
+            VerifyRequest: discovery.on_verify_request,  # type: ignore[dict-item]
+            VerifyResult: discovery.on_verify_result,  # type: ignore[dict-item]
+            PairDecision: discovery.on_decision,  # type: ignore[dict-item]
             NeighborUpdate: lambda work, message, out: discovery.on_neighbor_update(work, message),  # type: ignore[arg-type]
         }
 
@@ -163,6 +165,8 @@ class ContentStage:
         record.candidates, record.conflict = {}, None
         work.was_role, work.was_target, work.was_ref = "pending", "", None
         work.born = True
+        # A reviewer merged this text with another: verify the pair again in this life, bands or not.
+        work.decided_verify.extend(h for h, mark in sorted(record.decisions.items()) if mark.kind == "merge")
 
     def _death(self, work: Work, out: list[Message | Output]) -> None:
         """Leave the bands, retract the chunk, tell the neighbours; keep only what a later life needs."""
@@ -186,6 +190,8 @@ class ContentStage:
             "text": record.text,
             "norm_stored": record.norm_stored,
             "length": record.length,
+            "decisions": record.decisions,
+            "flag_partner": record.flag_partner,
         }
         fresh = ContentRecord(**keep, role="dead", sent_info=dead)  # type: ignore[arg-type]
         for name in fresh.__struct_fields__:
@@ -193,4 +199,5 @@ class ContentStage:
         work.born = False
         work.was_role, work.was_target, work.was_ref = "dead", "", None
         work.to_verify.clear()
+        work.decided_verify.clear()
         work.new_neighbors.clear()

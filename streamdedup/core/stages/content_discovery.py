@@ -10,6 +10,12 @@
    (:meth:`Discovery.on_neighbor_update`).
 4. Of a pair above the threshold that states other facts, the worse-ranked side raises the one ``fact_conflict``
    flag of its life, against the better-ranked text it would have joined (:meth:`Discovery.flag_conflict`).
+5. A reviewer's decision about a pair reaches both sides (:meth:`Discovery.on_decision`) and overrides the rules of
+   step 3 for that pair: ``keep_separate`` is never an edge and never flagged, ``merge`` is an edge whatever the
+   Jaccard and the facts (the permission guard still applies when the content decides), ``reopen`` gives the pair
+   back to the rules. Each verification between the two carries the sender's decision; the newer of the two is in
+   force on both sides, and an answer computed under an older one than the receiver knows is ignored, so both
+   sides agree whatever order the decision and the verifications arrive in.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ from streamdedup.core.messages import (
     Message,
     NeighborUpdate,
     Output,
+    PairDecision,
+    PairMark,
     VerifyRequest,
     VerifyResult,
     content_id,
 )
-from streamdedup.core.model import Rank
-from streamdedup.core.records import review_key, review_value
+from streamdedup.core.model import Rank, covered
+from streamdedup.core.records import audit_value, review_key, review_value
 from streamdedup.core.shingles import jaccard_of_sets
 from streamdedup.core.stages.content_work import Answer, Features, LateEdge, Work
 from streamdedup.core.stages.context import StageContext
@@ -105,11 +113,15 @@ class Discovery:
             fresh.sort()
         work.to_verify.extend(h for h in fresh if h not in work.to_verify)
 
-    def on_verify_request(self, work: Work, message: VerifyRequest) -> None:
-        """Verify the pair with the sender: exact shingle Jaccard, length and the fact guard; answer at settle."""
+    def on_verify_request(self, work: Work, message: VerifyRequest, out: list[Message | Output]) -> None:
+        """Verify the pair with the sender: exact shingle Jaccard, length and the fact guard; answer at settle.
+
+        A reviewer's decision about the pair (this side's or the sender's, the newer) overrides them.
+        """
         record = work.record
+        decision = self._take_decision(work, message.sender, message.decision, out)
         if not record.alive:
-            work.answers.append(Answer(message.sender, message.epoch, 0.0, False))
+            work.answers.append(Answer(message.sender, message.epoch, 0.0, False, decision=decision))
             return
         mine, my_facts = self._features.of(record.norm)
         theirs, their_facts = self._features.of(message.norm)
@@ -117,33 +129,144 @@ class Discovery:
         long_enough = min(len(mine), len(theirs)) >= self._params.min_shingles
         above = long_enough and similarity >= self._params.threshold
         conflict = None
-        if above and my_facts != their_facts:
-            conflict = Conflict(
-                message.sender, similarity, message.info.rank or _NO_RANK, message.text, their_facts
-            )
-        edge = above and conflict is None
+        if decision is not None and decision.kind != "reopen":
+            edge = decision.kind == "merge"
+        else:
+            if above and my_facts != their_facts:
+                conflict = Conflict(
+                    message.sender, similarity, message.info.rank or _NO_RANK, message.text, their_facts
+                )
+            edge = above and conflict is None
         if edge:
             self.remember(work, message.sender, similarity, message.info)
-        work.answers.append(Answer(message.sender, message.epoch, similarity, edge, conflict))
+            # Told this content's state (its report too, if the sender is its canonical) at settle: a sender that
+            # already was a neighbour asks again because it lost track of this one.
+            work.new_neighbors.add(message.sender)
+        elif decision is not None:
+            self._forget(work, message.sender, message.info.seq)
+        work.answers.append(Answer(message.sender, message.epoch, similarity, edge, conflict, decision))
 
-    def on_verify_result(self, work: Work, message: VerifyResult) -> None:
-        """Take a verification's answer: a neighbour if it is an edge, a conflict to flag if the flag is ours."""
+    def on_verify_result(self, work: Work, message: VerifyResult, out: list[Message | Output]) -> None:
+        """Take a verification's answer: a neighbour if it is an edge, a conflict to flag if the flag is ours.
+
+        An answer computed under an older decision about the pair than this side knows says nothing about the pair.
+        """
         record = work.record
+        decision = self._take_decision(work, message.sender, message.decision, out)
+        stale = decision is not None and (
+            message.decision is None or message.decision.version < decision.version
+        )
         asked = content_id(message.sender)
         if message.epoch == record.epoch and asked in record.pending_verify:
             record.pending_verify.remove(asked)
-            if message.conflict is not None and message.info.rank is not None and record.alive:
+            if (
+                message.conflict is not None
+                and message.info.rank is not None
+                and record.alive
+                and not stale
+                and not _settled(decision)
+            ):
                 # The receiver found the pair in conflict and left the flag to this side (the worse ranked).
                 work.conflicts.append(
                     Conflict(
                         message.sender, message.jaccard, message.info.rank, message.text, message.conflict
                     )
                 )
+        if stale:
+            return
         if message.edge:
             if record.alive:
                 self.remember(work, message.sender, message.jaccard, message.info)
             else:
                 work.late_edges[message.sender] = LateEdge(message.jaccard, message.info)
+        elif decision is not None:
+            self._forget(work, message.sender, message.info.seq)
+
+    def on_decision(self, work: Work, message: PairDecision, out: list[Message | Output]) -> None:
+        """Take a reviewer's decision about this content and another (from the ledger); older ones change nothing."""
+        self._take_decision(work, message.other, message.mark, out, verify=True)
+
+    def _take_decision(
+        self,
+        work: Work,
+        other: str,
+        mark: PairMark | None,
+        out: list[Message | Output],
+        *,
+        verify: bool = False,
+    ) -> PairMark | None:
+        """Adopt ``mark`` about the pair with ``other`` if it is newer than the one held; return the one in force.
+
+        ``verify``: ask ``other`` to verify the pair again where the decision calls for it (not needed when the
+        mark came with a verification between the two, which settles the pair by itself).
+        """
+        record = work.record
+        held = record.decisions.get(other)
+        if mark is None or (held is not None and held.version >= mark.version):
+            return held
+        record.decisions[other] = mark
+        key = work.key
+        if record.conflict is not None and record.conflict.content_hash == other:
+            record.conflict = None
+        if mark.kind == "keep_separate":
+            self._forget(work, other)
+            if record.flag_partner == other:  # the ledger resolved the flag
+                record.flag_partner, record.conflicted = "", False
+            if other in record.flagged:
+                record.flagged.remove(other)
+            return mark
+        if mark.kind == "merge":
+            entry = record.neighbors.get(other)
+            if other in record.flagged and entry is not None:  # this side's acl_boundary flag
+                if covered(entry.info.readers, record.readers()):
+                    # The better-ranked side joins this one instead: the one merge that I2 allows.
+                    record.flagged.remove(other)
+                    out.append(Output("review", review_key(key, other), None))
+                else:
+                    out.append(
+                        Output(
+                            "audit",
+                            review_key(key, other),
+                            audit_value(
+                                None,
+                                "decision_refused",
+                                "merge",
+                                subject=review_key(key, other),
+                                detail="neither copy is readable by every reader of the other (I2)",
+                            ),
+                        )
+                    )
+            if record.flag_partner == other:
+                out.append(Output("review", review_key(key, other), None))
+                record.flag_partner, record.conflicted = "", False
+            if verify and record.alive and other not in record.neighbors:
+                work.decided_verify.append(other)
+            return mark
+        # reopen: the rules decide again.
+        self._forget(work, other)
+        if verify and record.alive:
+            work.decided_verify.append(other)
+        return mark
+
+    @staticmethod
+    def _forget(work: Work, other: str, seq: int | None = None) -> None:
+        """Drop ``other`` as a neighbour (unless ``seq`` is older than what is known of it)."""
+        record = work.record
+        entry = record.neighbors.get(other)
+        if entry is None or (seq is not None and seq < entry.info.seq):
+            return
+        del record.neighbors[other]
+        record.members.pop(other, None)
+        work.new_neighbors.discard(other)
+
+    def decision_for(self, work: Work, other: str) -> PairMark | None:
+        """Return the decision held about the pair with ``other`` (a whole hash, or a band candidate's id)."""
+        decisions = work.record.decisions
+        if not decisions:
+            return None
+        if len(other) != len(work.key):
+            return next((m for h, m in sorted(decisions.items()) if content_id(h) == other), None)
+        return decisions.get(other)
 
     def on_neighbor_update(self, work: Work, message: NeighborUpdate) -> None:
         """Take a neighbour's new state (and its report, if this content is its canonical); stale ones are ignored."""
@@ -153,8 +276,8 @@ class Discovery:
             if message.info.role != "dead":
                 work.strangers.add(message.sender)
             return
-        if message.info.seq <= entry.info.seq:
-            return
+        if message.info.seq < entry.info.seq:
+            return  # stale; an equal one may bring the report a verification's copy of the state did not
         if message.info.role == "dead":
             del record.neighbors[message.sender]
             record.members.pop(message.sender, None)
@@ -168,12 +291,16 @@ class Discovery:
     def remember(self, work: Work, other: str, similarity: float, info: Info) -> None:
         """Hold ``other`` as a verified neighbour (or update its state)."""
         record = work.record
+        if _settled(record.decisions.get(other), "keep_separate"):
+            return
         entry = record.neighbors.get(other)
         if entry is None:
             record.neighbors[other] = NeighborEntry(jaccard=similarity, info=info)
             work.new_neighbors.add(other)
         elif info.seq > entry.info.seq:
             entry.info = info
+            if info.target != work.key:
+                record.members.pop(other, None)
 
     def answers(self, work: Work, rank: Rank) -> list[tuple[Answer, tuple[str, ...] | None]]:
         """Return the answers owed, each with the fact tokens to send when the sender is to flag the pair.
@@ -207,11 +334,15 @@ class Discovery:
         found = list(work.conflicts)
         if record.conflict is not None:
             found.append(record.conflict)
+        found = [c for c in found if not _settled(record.decisions.get(c.content_hash))]
+        if not found:
+            record.conflict = None
+            return
         best = min(found, key=lambda c: (-c.jaccard, policy.sort_key(c.rank)))
         if record.pending_bands or record.pending_verify:
             record.conflict = best
             return
-        record.conflicted, record.conflict = True, None
+        record.conflicted, record.conflict, record.flag_partner = True, None, best.content_hash
         # Described from the lower content hash's side, so both sides of a pair would describe it alike.
         mine = self._features.facts(record.norm)
         low, high = (mine, best.facts) if work.key < best.content_hash else (best.facts, mine)
@@ -239,15 +370,47 @@ class Discovery:
         """Send this batch's verify requests and the answers owed, with the content's settled state."""
         record, key = work.record, work.key
         for other in work.to_verify:
-            out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
+            out.append(
+                VerifyRequest(
+                    other, key, record.epoch, record.norm, record.text, info, self.decision_for(work, other)
+                )
+            )
         asking = set(work.to_verify)
+        for other in work.decided_verify:
+            out.append(
+                VerifyRequest(
+                    other, key, record.epoch, record.norm, record.text, info, record.decisions.get(other)
+                )
+            )
+            asking.add(content_id(other))
         for other in sorted(work.strangers - set(record.neighbors)):
             if content_id(other) in asking:
                 continue
             # It holds this content as a neighbour but this content lost track of it: verify the pair again.
-            out.append(VerifyRequest(other, key, record.epoch, record.norm, record.text, info))
+            out.append(
+                VerifyRequest(
+                    other, key, record.epoch, record.norm, record.text, info, record.decisions.get(other)
+                )
+            )
         for answer, facts in owed:
             text = "" if facts is None else record.text
             out.append(
-                VerifyResult(answer.sender, key, answer.epoch, answer.jaccard, answer.edge, info, facts, text)
+                VerifyResult(
+                    answer.sender,
+                    key,
+                    answer.epoch,
+                    answer.jaccard,
+                    answer.edge,
+                    info,
+                    facts,
+                    text,
+                    answer.decision,
+                )
             )
+
+
+def _settled(mark: PairMark | None, kind: str | None = None) -> bool:
+    """Whether a reviewer settled the pair (``kind``, or either ``keep_separate`` or ``merge``)."""
+    if mark is None:
+        return False
+    return mark.kind == kind if kind is not None else mark.kind in ("keep_separate", "merge")

@@ -24,6 +24,7 @@ from streamdedup.core.messages import (
     NeighborUpdate,
     Output,
     VerifyResult,
+    content_id,
 )
 from streamdedup.core.model import Rank
 from streamdedup.core.records import audit_value, chunk_value, review_key, review_value
@@ -53,7 +54,11 @@ class Settlement:
         if not record.alive:
             dead = Info(record.seq, "dead")
             for answer in work.answers:
-                out.append(VerifyResult(answer.sender, key, answer.epoch, 0.0, False, dead))
+                out.append(
+                    VerifyResult(
+                        answer.sender, key, answer.epoch, 0.0, False, dead, None, "", answer.decision
+                    )
+                )
             for other in sorted(set(work.late_edges) | work.strangers):
                 out.append(NeighborUpdate(other, key, dead))
             return
@@ -69,6 +74,7 @@ class Settlement:
         if record.candidates and not record.pending_bands:
             discovery.choose_candidates(work)
         record.pending_verify.extend(work.to_verify)
+        record.pending_verify.extend(content_id(other) for other in work.decided_verify)
         record.checked.extend(work.to_verify)
         discovery.flag_conflict(work, out)
         if not record.pending_bands and not record.pending_verify:
@@ -131,8 +137,8 @@ class Settlement:
         else:
             old, new = entry.attrs, after.attrs
             reason = self._policy.reason(
-                Rank(new.authority, new.modified_at, 0, after.source_id, ""),
-                Rank(old.authority, old.modified_at, 0, before[0], ""),
+                Rank(new.authority, new.modified_at, 0, after.source_id, "", new.preferred),
+                Rank(old.authority, old.modified_at, 0, before[0], "", old.preferred),
             )
         moved = {"source_id": after.source_id, "position": after.position}
         return Output("audit", key, audit_value(key, "swap", reason, canonical=moved))
@@ -141,7 +147,12 @@ class Settlement:
         """Place the content in its cluster; flag better canonicals its readers block; audit a changed place."""
         record, key = work.record, work.key
         neighbors = [(h, e.jaccard, e.info) for h, e in sorted(record.neighbors.items())]
-        decision = decide(rank, readers, neighbors, self._policy, first=record.role == "pending")
+        merged = (
+            [h for h, mark in record.decisions.items() if mark.kind == "merge"] if record.decisions else ()
+        )
+        decision = decide(
+            rank, readers, neighbors, self._policy, first=record.role == "pending", merged=merged
+        )
         if decision is None:
             return
         for other in decision.refused:
@@ -180,8 +191,13 @@ class Settlement:
                 )
         if record.role == "member":
             target_entry = record.neighbors[record.target]
-            if old_role == "canonical" and target_entry.info.rank is not None:
-                reason = self._policy.reason(target_entry.info.rank, rank)
+            target_rank = target_entry.info.rank
+            if old_role == "canonical" and target_rank is not None:
+                reason = (
+                    self._policy.reason(target_rank, rank)
+                    if self._policy.better(target_rank, rank)
+                    else "merged by a reviewer"
+                )
                 out.append(
                     Output(
                         "audit",

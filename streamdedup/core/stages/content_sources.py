@@ -36,7 +36,7 @@ class SourcePositions:
         if message.texts and not record.has_text:
             # The content's texts, stored once for every copy (taken from any version: they never change).
             record.set_texts(message.texts[0], message.norm)
-        if entry is not None and message.version <= entry.version:
+        if entry is not None and (message.version, message.attrs_seq) <= (entry.version, entry.attrs_seq):
             return False
         if message.positions:
             if message.attrs_only:
@@ -45,11 +45,15 @@ class SourcePositions:
             else:
                 texts = () if all(t == record.text for t in message.texts) else message.texts
             new = RefEntry(
-                version=message.version, positions=message.positions, texts=texts, attrs=message.attrs
+                version=message.version,
+                positions=message.positions,
+                texts=texts,
+                attrs=message.attrs,
+                attrs_seq=message.attrs_seq,
             )
             work.answer_sources.add(message.source_id)
         else:
-            new = RefEntry(version=message.version)
+            new = RefEntry(version=message.version, attrs_seq=message.attrs_seq)
         work.refs.put(key, new)
         complete = len(record.top) == record.positions
         if entry is not None and entry.positions and entry.attrs is not None:

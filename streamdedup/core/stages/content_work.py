@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from streamdedup.core.facts import fact_tokens
-from streamdedup.core.messages import Info
+from streamdedup.core.messages import Info, PairMark
 from streamdedup.core.shingles import shingle_set
 from streamdedup.core.state import Conflict, ContentRecord, PartitionState, RefEntry, Table
 
@@ -25,6 +25,7 @@ class Answer(msgspec.Struct, frozen=True):
     jaccard: float
     edge: bool
     conflict: Conflict | None = None
+    decision: PairMark | None = None  # the reviewer's decision about the pair the answer was computed under
 
 
 class LateEdge(msgspec.Struct, frozen=True):
@@ -49,6 +50,8 @@ class Work:
     refill: bool = False  # the first positions (record.top) must be read again from the content's refs
     answer_sources: set[str] = field(default_factory=set)  # sources whose update this content answers
     to_verify: list[str] = field(default_factory=list)
+    # Contents (whole hashes) to verify the pair with because of a reviewer's decision about it.
+    decided_verify: list[str] = field(default_factory=list)
     answers: list[Answer] = field(default_factory=list)
     # Better-ranked texts above the threshold that state other facts, met in this batch: this content flags.
     conflicts: list[Conflict] = field(default_factory=list)

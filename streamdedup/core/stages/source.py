@@ -16,14 +16,25 @@ import msgspec
 
 from streamdedup.core.chunking import Chunk, chunk_document
 from streamdedup.core.markup import blocks, plain_text
-from streamdedup.core.messages import BoilerplateUpdate, ContentStatus, LineUpdate, Message, Output, RefUpdate
-from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
+from streamdedup.core.messages import (
+    BoilerplateUpdate,
+    ContentStatus,
+    LineDecision,
+    LineUpdate,
+    Message,
+    Output,
+    PairDecision,
+    PairMark,
+    RefUpdate,
+)
+from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, UpsertEvent
 from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
-from streamdedup.core.records import audit_value, mapping_value
+from streamdedup.core.records import audit_value, decision_audit_value, mapping_value, review_key
 from streamdedup.core.stages.collection import line_hash
 from streamdedup.core.state import (
     BoilerplateSnapshot,
+    DecisionRecord,
     MappingEntry,
     PartitionState,
     SourceRecord,
@@ -75,12 +86,28 @@ class SourceStage:
         """Apply a batch of input events, content statuses and boilerplate lists for one partition."""
         table = Table(state, SourceRecord)
         keyed = (UpsertEvent, DeleteEvent, AclEvent, ContentStatus)
-        table.prefetch(list(dict.fromkeys(m.source_id for m in messages if isinstance(m, keyed))))
+        table.prefetch(
+            list(
+                dict.fromkeys(
+                    m.source_id
+                    for m in messages
+                    if isinstance(m, keyed) or (isinstance(m, DecisionEvent) and m.subject_source is not None)
+                )
+            )
+        )
         snapshots = Table(state, BoilerplateSnapshot)
+        ledger = Table(state, DecisionRecord)
         out: list[Message | Output] = []
         touched: dict[str, None] = {}
         for message in messages:
-            if isinstance(message, ContentStatus):
+            if isinstance(message, DecisionEvent):
+                if message.subject_source is not None:
+                    if not self._apply_preference(table, message, out):
+                        continue
+                else:
+                    self._apply_decision(ledger, message, out)
+                    continue
+            elif isinstance(message, ContentStatus):
                 self._apply_status(table, message)
             elif isinstance(message, BoilerplateUpdate):
                 key = _SNAPSHOT_PREFIX + message.collection
@@ -99,7 +126,69 @@ class SourceStage:
             self._emit_mapping(table, source_id, out)
         table.flush()
         snapshots.flush()
+        ledger.flush()
         return out
+
+    @staticmethod
+    def _apply_decision(
+        ledger: Table[DecisionRecord], event: DecisionEvent, out: list[Message | Output]
+    ) -> None:
+        """Keep the newest decision about a pair or a line and pass it on (both contents, or the collection).
+
+        This is the ledger that makes a decision apply once: a replay or an older version stops here.
+        """
+        record = ledger.get_or_new(event.source_id)
+        if event.version <= record.version:
+            return
+        record.version, record.kind = event.version, event.kind
+        ledger.mark(event.source_id)
+        if event.pair is not None:
+            mark = PairMark(event.kind, event.version)
+            low, high = event.pair
+            out.append(PairDecision(low, high, mark))
+            out.append(PairDecision(high, low, mark))
+            if event.kind == "keep_separate" or (event.kind == "merge" and event.reason == "semantic"):
+                # Resolved here whoever raised it (a semantic flag comes from the index writer, not a content); a
+                # content resolves its own flag on a merge, which the permission guard may still refuse.
+                out.append(Output("review", review_key(low, high), None))
+        else:
+            assert event.collection is not None and event.line is not None
+            kind = event.kind.removeprefix("boilerplate_")
+            out.append(LineDecision(event.collection, event.line, kind, event.version))
+        out.append(Output("audit", event.subject, decision_audit_value(event)))
+
+    @staticmethod
+    def _apply_preference(
+        table: Table[SourceRecord], event: DecisionEvent, out: list[Message | Output]
+    ) -> bool:
+        """Apply a prefer/unprefer decision to the source; return whether its contents must hear new attributes."""
+        record = table.get_or_new(event.source_id)
+        if event.version <= record.preferred_version:
+            return False
+        record.preferred_version = event.version
+        table.mark(event.source_id)
+        out.append(Output("audit", event.subject, decision_audit_value(event)))
+        preferred = event.kind == "prefer"
+        if preferred == record.preferred:
+            return False
+        record.preferred = preferred
+        if record.deleted or record.attrs is None:
+            return False
+        record.attrs = msgspec.structs.replace(record.attrs, preferred=preferred)
+        record.attrs_seq += 1
+        for content_hash, positions in sorted(_positions_by_content(record.chunks).items()):
+            out.append(
+                RefUpdate(
+                    content_hash,
+                    event.source_id,
+                    record.version,
+                    positions,
+                    attrs=record.attrs,
+                    attrs_only=True,
+                    attrs_seq=record.attrs_seq,
+                )
+            )
+        return True
 
     def _apply_event(
         self,
@@ -114,7 +203,9 @@ class SourceStage:
         old = _positions_by_content(record.chunks)
         if isinstance(event, DeleteEvent):
             for content_hash in sorted(old):
-                out.append(RefUpdate(content_hash, event.source_id, event.version, ()))
+                out.append(
+                    RefUpdate(content_hash, event.source_id, event.version, (), attrs_seq=record.attrs_seq)
+                )
             if record.lines_collection:
                 out.append(
                     LineUpdate(
@@ -128,14 +219,23 @@ class SourceStage:
                 )
             if record.mapped_version >= 0:
                 out.append(Output("source-mappings", event.source_id, None))
-            table.put(event.source_id, SourceRecord(version=event.version, deleted=True))
+            table.put(
+                event.source_id,
+                SourceRecord(
+                    version=event.version,
+                    deleted=True,
+                    preferred=record.preferred,
+                    preferred_version=record.preferred_version,
+                    attrs_seq=record.attrs_seq,
+                ),
+            )
             return False
         if isinstance(event, AclEvent):
             record.version = event.version
             table.mark(event.source_id)
             if record.deleted or record.attrs is None:
                 return False
-            record.attrs = msgspec.structs.replace(record.attrs, acl=event.acl)
+            record.attrs = msgspec.structs.replace(record.attrs, acl=event.acl, preferred=record.preferred)
         else:
             snapshot = snapshots.get(_SNAPSHOT_PREFIX + event.collection)
             keep_line = None
@@ -149,14 +249,19 @@ class SourceStage:
             self._report_lines(record, event, out)
             norms = [normalize(c.plain) for c in chunks]
             record.version, record.deleted = event.version, False
-            record.attrs, record.collection = event.attrs, event.collection
+            attrs = event.attrs
+            if record.preferred:
+                attrs = msgspec.structs.replace(attrs, preferred=True)
+            record.attrs, record.collection = attrs, event.collection
             record.chunks = [hashlib.sha256(n.encode("utf-8")).hexdigest() for n in norms]
             table.mark(event.source_id)
         new = _positions_by_content(record.chunks)
         for content_hash in sorted(set(old) | set(new)):
             positions = new.get(content_hash, ())
             if not positions:
-                out.append(RefUpdate(content_hash, event.source_id, record.version, ()))
+                out.append(
+                    RefUpdate(content_hash, event.source_id, record.version, (), attrs_seq=record.attrs_seq)
+                )
             elif isinstance(event, AclEvent):
                 # The content keeps the texts (sources keep only hashes): tell it the new attributes alone.
                 out.append(
@@ -167,6 +272,7 @@ class SourceStage:
                         positions,
                         attrs=record.attrs,
                         attrs_only=True,
+                        attrs_seq=record.attrs_seq,
                     )
                 )
             else:
@@ -179,6 +285,7 @@ class SourceStage:
                         tuple(chunks[p].original for p in positions),
                         norms[positions[0]],
                         record.attrs,
+                        attrs_seq=record.attrs_seq,
                     )
                 )
         record.statuses = {h: s for h, s in record.statuses.items() if h in new}
