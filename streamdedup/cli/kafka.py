@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import DownloadColumn
 
 from streamdedup.cli.progress import progress_bar
-from streamdedup.codec import EventLimits, decode_event, encode_output_line, parse_json
+from streamdedup.codec import EventLimits, decode_event, encode_output_line, event_key, parse_json
 from streamdedup.core.messages import Output
 from streamdedup.core.view import COMPACTED_TOPICS, View
 from streamdedup.drivers.jsonl import read_lines
@@ -90,7 +90,7 @@ class ProduceReport:
 def _key_of(line: bytes, limits: EventLimits) -> tuple[bytes | None, bool]:
     """Return the Kafka key of a line (its source_id, when it has one) and whether it is a valid event."""
     try:
-        return decode_event(line, limits).source_id.encode("utf-8"), True
+        return event_key(decode_event(line, limits)).encode("utf-8"), True
     except InvalidEventError:
         pass
     try:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 
@@ -16,36 +15,14 @@ from rich.progress import DownloadColumn, MofNCompleteColumn, ProgressColumn
 from rich.table import Table
 
 from streamdedup.cli.progress import progress_bar
-from streamdedup.core.engine import Engine
 from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
 from streamdedup.drivers.feeds import RunReport, run_feed
 from streamdedup.drivers.folder import FolderFeed
-from streamdedup.drivers.jsonl import FileSink, JsonlFeed
+from streamdedup.drivers.jsonl import FileSink, JsonlFeed, opened_state
 from streamdedup.errors import ConfigurationError
 from streamdedup.settings import Settings
-from streamdedup.store.rocksdb import RocksDBStore
 
 __all__ = ["run_command", "summary_table"]
-
-
-@contextmanager
-def _opened(settings: Settings, state: Path, out: str) -> Iterator[tuple[EmbeddedRunner, FileSink]]:
-    store = RocksDBStore(state)
-    sink: FileSink | None = None
-    try:
-        engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
-        runner = EmbeddedRunner(engine, store, where=str(state))
-        if runner.counters.events == 0 and out != "-" and Path(out).exists() and Path(out).stat().st_size:
-            raise ConfigurationError(
-                f"{out} already holds outputs, but the state at {state} is new: appending would mix two "
-                "histories in one file; remove it or choose another --out"
-            )
-        sink = FileSink(out)
-        yield runner, sink
-    finally:
-        if sink is not None:
-            sink.close()
-        store.close()
 
 
 def input_feed(settings: Settings, source: Path, collection: str | None) -> JsonlFeed | FolderFeed:
@@ -81,7 +58,7 @@ def run_command(
         if watch:
             raise ConfigurationError("--watch needs a folder to watch, not a file")
         report = RunReport()
-        with _opened(settings, state, out) as (runner, sink):
+        with opened_state(settings, state, out) as (runner, sink):
             _run_feed(
                 JsonlFeed(source, settings.event_limits()), runner, sink, settings.batch_size, report, console
             )
@@ -90,7 +67,7 @@ def run_command(
         feed = input_feed(settings, source, collection)
         assert isinstance(feed, FolderFeed)
         report = RunReport()
-        with _opened(settings, state, out) as (runner, sink):
+        with opened_state(settings, state, out) as (runner, sink):
             feed.load(runner.store.get_meta(feed.meta_key))
             _run_feed(feed, runner, sink, settings.batch_size, report, console)
             if watch:

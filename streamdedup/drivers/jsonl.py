@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
 from streamdedup.codec import DEFAULT_LIMITS, EventLimits, dead_letter, decode_event, encode_output_line
+from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.core.model import InputEvent
-from streamdedup.drivers.embedded import Origin
+from streamdedup.drivers.embedded import EmbeddedRunner, Origin
 from streamdedup.drivers.feeds import FeedItem
-from streamdedup.errors import InvalidEventError
+from streamdedup.errors import ConfigurationError, InvalidEventError
+from streamdedup.settings import Settings
+from streamdedup.store.rocksdb import RocksDBStore
 
-__all__ = ["FileSink", "JsonlFeed", "Line", "read_events", "read_lines"]
+__all__ = ["FileSink", "JsonlFeed", "Line", "opened_state", "read_events", "read_lines"]
 
 
 class Line(NamedTuple):
@@ -100,3 +104,24 @@ class JsonlFeed:
     def consumed(self, items: Sequence[FeedItem]) -> dict[str, bytes]:
         """A file has no position kept in the state: a new run reads it from the start."""
         return {}
+
+
+@contextmanager
+def opened_state(settings: Settings, state: Path, out: str) -> Iterator[tuple[EmbeddedRunner, FileSink]]:
+    """Open the state of an embedded run and its output file (appended to), and close both after use."""
+    store = RocksDBStore(state)
+    sink: FileSink | None = None
+    try:
+        engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
+        runner = EmbeddedRunner(engine, store, where=str(state))
+        if runner.counters.events == 0 and out != "-" and Path(out).exists() and Path(out).stat().st_size:
+            raise ConfigurationError(
+                f"{out} already holds outputs, but the state at {state} is new: appending would mix two "
+                "histories in one file; remove it or choose another --out"
+            )
+        sink = FileSink(out)
+        yield runner, sink
+    finally:
+        if sink is not None:
+            sink.close()
+        store.close()

@@ -177,6 +177,18 @@ class Deployment:
 
         return asyncio.run(read())
 
+    def records(self, topic: str) -> list[tuple[str | None, bytes | None]]:
+        """Return every record of a topic (``documents`` or an output's name) as (key, value) in order."""
+        name = self.names.documents if topic == "documents" else self.names.output(topic)
+
+        async def read() -> list[tuple[str | None, bytes | None]]:
+            return [
+                (key.decode() if key is not None else None, value)
+                async for _, _, _, key, value, _ in read_to_end(self.settings, [name])
+            ]
+
+        return asyncio.run(read())
+
     def view(self) -> View:
         """Return the materialized view of the compacted output topics."""
         return asyncio.run(materialize(self.settings))

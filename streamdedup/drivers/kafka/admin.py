@@ -6,14 +6,16 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from streamdedup.codec import encode_event, event_key
 from streamdedup.core.messages import STAGES
+from streamdedup.core.model import InputEvent
 from streamdedup.core.params import describe_mismatch
 from streamdedup.core.view import OUTPUT_TOPICS
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames, topic_config
@@ -26,6 +28,7 @@ __all__ = [
     "consumer_lag",
     "ensure_topics",
     "partitions_of",
+    "produce_events",
     "read_to_end",
     "start_reader",
 ]
@@ -164,6 +167,26 @@ async def start_reader(settings: Settings, *, group_id: str | None = None) -> AI
     except KafkaError as exc:
         raise KafkaUnavailableError(f"cannot reach Kafka at {settings.broker}: {exc}") from exc
     return consumer
+
+
+async def produce_events(settings: Settings, events: Sequence[InputEvent]) -> None:
+    """Send input events to the documents topic (keyed as ``produce`` keys them) and wait until the broker has them."""
+    await ensure_topics(settings)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.bootstrap_servers, acks="all", max_request_size=MAX_MESSAGE_BYTES
+    )
+    try:
+        await producer.start()
+    except KafkaError as exc:
+        raise KafkaUnavailableError(f"cannot reach Kafka at {settings.broker}: {exc}") from exc
+    try:
+        topic = TopicNames(settings.topic_prefix).documents
+        sent = [await producer.send(topic, encode_event(e), key=event_key(e).encode("utf-8")) for e in events]
+        await asyncio.gather(*sent)
+    except KafkaError as exc:
+        raise KafkaUnavailableError(f"Kafka at {settings.broker} refused the events: {exc}") from exc
+    finally:
+        await producer.stop()
 
 
 async def read_to_end(
