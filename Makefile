@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT := out
 
-.PHONY: setup example test lint clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state \
+.PHONY: setup example test lint chromium clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state \
 	bench-popularity bench-dense bench-retrieval bench-index bench-report
 
 $(STAMP): pyproject.toml constraints.txt
@@ -23,9 +23,12 @@ example: $(STAMP)
 	$(BIN)/streamdedup run examples/feed.jsonl --state $(OUT)/example-state \
 		--out $(OUT)/example-outputs.jsonl --batch-size 1
 
-## Lint, type-check and run every test.
-test: lint $(STAMP)
+## Lint, type-check and run every test (the browser tests drive Debian's Chromium, installed when missing).
+test: lint $(STAMP) chromium
 	$(BIN)/pytest
+
+chromium:
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
 
 lint: $(STAMP)
 	$(BIN)/ruff check streamdedup tests examples benchmarks
