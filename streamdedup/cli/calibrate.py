@@ -49,6 +49,7 @@ from streamdedup.core.state import ContentRecord
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
 from streamdedup.settings import Settings
 from streamdedup.store.base import PARAMS_KEY
+from streamdedup.store.rocksdb import read_only
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -261,28 +262,7 @@ def read_state_corpus(state: Path, params: EngineParams, console: Console) -> Co
     Nothing of the state is written, and a run may hold it meanwhile (rocksdict rewrites its own small config
     file on every open, with what the store wrote there).
     """
-    db = state / "db"
-    if not db.is_dir():
-        raise StateError(
-            f"no state at {state} (no {db}); write one with 'streamdedup run INPUT --state {state}'"
-        )
-    try:
-        families = rocksdict.Rdict.list_cf(str(db))
-    except Exception as exc:
-        raise StateError(f"{state} is not a state directory: {exc}") from exc
-    if "content" not in families or "meta" not in families:
-        raise StateError(f"{state} is not a state directory written by 'streamdedup run' (no content stage)")
-    options = {name: rocksdict.Options(raw_mode=True) for name in ("content", "meta")}
-    try:
-        rdict = rocksdict.Rdict(
-            str(db),
-            options=rocksdict.Options(raw_mode=True),
-            column_families=options,
-            access_type=rocksdict.AccessType.read_only(),
-        )
-    except Exception as exc:
-        raise StateError(f"cannot open the state at {state} read-only: {exc}") from exc
-    try:
+    with read_only(state, ("content", "meta")) as rdict:
         raw = rdict.get_column_family("meta").get(PARAMS_KEY.encode("utf-8"))
         if raw is None:
             raise StateError(
@@ -291,8 +271,6 @@ def read_state_corpus(state: Path, params: EngineParams, console: Console) -> Co
         _compare(json.loads(raw), params, state, console)
         records = _content_records(rdict.get_column_family("content"))
         corpus = corpus_from_contents(records, CanonicalPolicy(params.canonical_policy))
-    finally:
-        rdict.close()
     return corpus
 
 

@@ -8,7 +8,7 @@ state; it sees the state as it was when it was opened.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from streamdedup.core.params import EngineParams
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.stages.collection import collection_key, line_hash, line_key
 from streamdedup.core.state import CollectionRecord, ContentRecord, LineRecord
-from streamdedup.errors import StateError
+from streamdedup.store.rocksdb import read_only
 
 __all__ = ["BoilerplateLine", "CollectionLines", "StateReader"]
 
@@ -55,25 +55,8 @@ class StateReader:
         self.state = state
         self.params = params
 
-    @contextmanager
-    def _opened(self, families: Sequence[str]) -> Iterator[rocksdict.Rdict]:
-        db = self.state / "db"
-        if not db.is_dir():
-            raise StateError(f"no state at {self.state} (no {db})")
-        options = {name: rocksdict.Options(raw_mode=True) for name in families}
-        try:
-            rdict = rocksdict.Rdict(
-                str(db),
-                options=rocksdict.Options(raw_mode=True),
-                column_families=options,
-                access_type=rocksdict.AccessType.read_only(),
-            )
-        except Exception as exc:
-            raise StateError(f"cannot open the state at {self.state} read-only: {exc}") from exc
-        try:
-            yield rdict
-        finally:
-            rdict.close()
+    def _opened(self, families: Sequence[str]) -> AbstractContextManager[rocksdict.Rdict]:
+        return read_only(self.state, families)
 
     def texts(self, hashes: Sequence[str]) -> dict[str, str]:
         """Return the display text of each content hash the content stage holds (others are left out)."""

@@ -7,7 +7,8 @@ A commit is one ``WriteBatch``: the state changes of a batch and its progress me
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import rocksdict
@@ -15,7 +16,7 @@ import rocksdict
 from streamdedup.errors import StateError
 from streamdedup.store.base import FAMILIES, Change
 
-__all__ = ["RocksDBStore"]
+__all__ = ["RocksDBStore", "read_only"]
 
 _META = "meta"
 
@@ -72,6 +73,41 @@ _PREFIXES = tuple(p.to_bytes(2, "big") for p in range(256))
 def _address(partition: int, key: str) -> bytes:
     prefix = _PREFIXES[partition] if partition < 256 else partition.to_bytes(2, "big")
     return prefix + key.encode("utf-8")
+
+
+@contextmanager
+def read_only(state: Path, families: Sequence[str]) -> Iterator[rocksdict.Rdict]:
+    """Open a state directory's ``families`` read-only (no lock: a run may hold the state meanwhile), then close it.
+
+    Values are raw bytes; keys are those of :func:`_address`. A missing directory or family is a ``StateError``.
+    """
+    db = state / "db"
+    if not db.is_dir():
+        raise StateError(
+            f"no state at {state} (no {db}); write one with 'streamdedup run INPUT --state {state}'"
+        )
+    try:
+        present = rocksdict.Rdict.list_cf(str(db))
+    except Exception as exc:
+        raise StateError(f"{state} is not a state directory: {exc}") from exc
+    missing = [name for name in families if name not in present]
+    if missing:
+        raise StateError(
+            f"{state} is not a state directory written by 'streamdedup run' (no {', '.join(missing)})"
+        )
+    try:
+        rdict = rocksdict.Rdict(
+            str(db),
+            options=rocksdict.Options(raw_mode=True),
+            column_families={name: rocksdict.Options(raw_mode=True) for name in families},
+            access_type=rocksdict.AccessType.read_only(),
+        )
+    except Exception as exc:
+        raise StateError(f"cannot open the state at {state} read-only: {exc}") from exc
+    try:
+        yield rdict
+    finally:
+        rdict.close()
 
 
 class RocksDBStore:

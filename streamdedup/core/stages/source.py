@@ -177,17 +177,7 @@ class SourceStage:
         record.attrs = msgspec.structs.replace(record.attrs, preferred=preferred)
         record.attrs_seq += 1
         for content_hash, positions in sorted(_positions_by_content(record.chunks).items()):
-            out.append(
-                RefUpdate(
-                    content_hash,
-                    event.source_id,
-                    record.version,
-                    positions,
-                    attrs=record.attrs,
-                    attrs_only=True,
-                    attrs_seq=record.attrs_seq,
-                )
-            )
+            out.append(_attrs_update(content_hash, event.source_id, record, positions))
         return True
 
     def _apply_event(
@@ -263,18 +253,7 @@ class SourceStage:
                     RefUpdate(content_hash, event.source_id, record.version, (), attrs_seq=record.attrs_seq)
                 )
             elif isinstance(event, AclEvent):
-                # The content keeps the texts (sources keep only hashes): tell it the new attributes alone.
-                out.append(
-                    RefUpdate(
-                        content_hash,
-                        event.source_id,
-                        record.version,
-                        positions,
-                        attrs=record.attrs,
-                        attrs_only=True,
-                        attrs_seq=record.attrs_seq,
-                    )
-                )
+                out.append(_attrs_update(content_hash, event.source_id, record, positions))
             else:
                 out.append(
                     RefUpdate(
@@ -378,6 +357,21 @@ def _fingerprint(entry: MappingEntry) -> bytes:
     """A short digest of a mapping entry: the record keeps these, not the entries, of the last mapping sent."""
     text = f"{entry.content_hash}\x00{entry.chunk_id}\x00{entry.relation}\x00{entry.jaccard!r}"
     return hashlib.blake2b(text.encode(), digest_size=_PRINT).digest()
+
+
+def _attrs_update(
+    content_hash: str, source_id: str, record: SourceRecord, positions: tuple[int, ...]
+) -> RefUpdate:
+    """Tell a content the source's new attributes alone (it keeps the texts; sources keep only hashes)."""
+    return RefUpdate(
+        content_hash,
+        source_id,
+        record.version,
+        positions,
+        attrs=record.attrs,
+        attrs_only=True,
+        attrs_seq=record.attrs_seq,
+    )
 
 
 def _positions_by_content(chunks: list[str]) -> dict[str, tuple[int, ...]]:
