@@ -21,9 +21,13 @@ Writing is in two phases, for a program that keeps something else in step with t
 whose lookups answer as the view will once they are committed; :meth:`ViewWriter.commit` writes them with the read
 position (and the program's own *extras*) in one write batch. :meth:`ViewWriter.apply` does both at once.
 
+Reviewers' decisions about pairs come from ``audit`` records of action ``decision`` (when the input has them: an
+output file does; read from topics, ``audit`` is read only if asked for): :meth:`View.decision`.
+
 Keys, in one column family: ``c\\0<chunk_id>`` and ``m\\0<source_id>`` hold the records as JSON;
 ``x\\0<chunk_id>\\0<source_id>`` the positions of a source that map to a chunk; ``s\\0<source_id>`` what the
-chunk records say of a source; ``p\\0<where>`` how far each input was read; ``e\\0<name>`` the extras.
+chunk records say of a source; ``d\\0<hash_a>:<hash_b>`` the decision in force about a pair; ``p\\0<where>`` how
+far each input was read; ``e\\0<name>`` the extras.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ _MAPPING = b"m\0"
 _INDEX = b"x\0"
 _SOURCE = b"s\0"
 _PROGRESS = b"p\0"
+_DECISION = b"d\0"
 _EXTRA = b"e\0"
 _SEP = b"\0"
 
@@ -141,6 +146,10 @@ class _Lookups:
                 )
             )
         return found
+
+    def decision(self, pair_key: str) -> dict[str, Any] | None:
+        """Return the reviewers' decision in force about a pair (its ``review`` key), as the decision event."""
+        return self._json(_DECISION + pair_key.encode())
 
     def index_fields(self, chunk_id: str) -> dict[str, Any] | None:
         """Return what an index writer stores for a chunk, so a search engine can collapse and filter by itself.
@@ -308,8 +317,20 @@ class Pending(_Lookups):
             elif topic == "source-mappings":
                 self._stage_mapping(key, value)
             else:
+                if topic == "audit" and value is not None:
+                    self._stage_decision(value)
                 continue
             self.count += 1
+
+    def _stage_decision(self, value: bytes) -> None:
+        record = _decoder.decode(value)
+        decision = record.get("decision") if record.get("action") == "decision" else None
+        if not isinstance(decision, dict) or "pair" not in decision:
+            return
+        key = _DECISION + str(record.get("subject", "")).encode()
+        held = self._get(key)
+        if held is None or _decoder.decode(held)["version"] < decision["version"]:
+            self._changes[key] = _encoder.encode(decision)
 
     def _stage_chunk(self, chunk_id: str, value: bytes | None) -> None:
         self._changes[_CHUNK + chunk_id.encode()] = value

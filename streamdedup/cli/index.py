@@ -26,6 +26,7 @@ from streamdedup.cli.materialize import materialize_topics, read_file
 from streamdedup.cli.progress import progress_bar
 from streamdedup.codec import encode_output_line, encode_output_value
 from streamdedup.core.messages import Output
+from streamdedup.core.view import COMPACTED_TOPICS
 from streamdedup.drivers.kafka.admin import KafkaUnavailableError
 from streamdedup.drivers.kafka.delivery import FaultPoints
 from streamdedup.drivers.kafka.topics import TopicNames
@@ -169,7 +170,10 @@ async def _index_topics(
     try:
         review = TopicNames(settings.topic_prefix).output("review")
         applier = _TopicApplier(writer, producer, review, metrics, FaultPoints(settings.fault_kill_at))
-        await materialize_topics(settings, applier, follow=follow, on_batch=shown)
+        # audit too: the reviewers' decisions, so that a pair kept separate is never flagged again.
+        await materialize_topics(
+            settings, applier, follow=follow, on_batch=shown, topics=(*COMPACTED_TOPICS, "audit")
+        )
     finally:
         await producer.stop()
 

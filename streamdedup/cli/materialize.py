@@ -13,7 +13,7 @@ import contextlib
 import inspect
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from aiokafka import TopicPartition
@@ -80,25 +80,28 @@ async def materialize_topics(
     follow: bool = False,
     on_batch: Callable[[int], None] | None = None,
     stop: asyncio.Event | None = None,
+    topics: Sequence[str] = COMPACTED_TOPICS,
 ) -> None:
-    """Apply the deployment's compacted output topics to ``writer`` from where it stopped.
+    """Apply the deployment's compacted output topics (or the output ``topics`` named) to ``writer``.
+
+    Each input continues from where it stopped.
 
     Without ``follow``, return once every partition is read to the end it had at the start. With it, keep going
     until ``stop`` is set (or SIGTERM / Ctrl-C), and pick up the topics once they exist.
     """
     names = TopicNames(settings.topic_prefix)
-    topics = {names.output(t): t for t in COMPACTED_TOPICS}
+    by_name = {names.output(t): t for t in topics}
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
 
-    found = await partitions_of(settings, topics)
-    while follow and len(found) < len(topics) and not stop.is_set():
+    found = await partitions_of(settings, by_name)
+    while follow and len(found) < len(by_name) and not stop.is_set():
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=1.0)
-        found = await partitions_of(settings, topics)
+        found = await partitions_of(settings, by_name)
     partitions = [TopicPartition(topic, p) for topic, parts in sorted(found.items()) for p in parts]
     if not partitions or stop.is_set():
         return
@@ -123,7 +126,7 @@ async def materialize_topics(
             for tp, received in batches.items():
                 for record in received:
                     if record.key is not None:
-                        records.append((topics[tp.topic], record.key.decode("utf-8"), record.value))
+                        records.append((by_name[tp.topic], record.key.decode("utf-8"), record.value))
                     progress[where[tp]] = str(record.offset + 1).encode()
             if progress:
                 done = writer.apply(records, progress)

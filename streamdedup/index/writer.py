@@ -39,6 +39,7 @@ decision reads the committed view, not the vector cache, so a crash between the 
 flag again: flags are delivered at least once, keyed by their pair. A pair whose exact shingle Jaccard (the
 engine's normalization and shingles) reaches the engine's threshold, both texts long enough for near matching, is
 not flagged: the engine verified it, and merged it or flagged it as ``fact_conflict`` or ``acl_boundary`` itself.
+Nor is a pair a reviewer kept separate or merged: the writer reads those decisions from ``audit`` with the rest.
 
 **Counters** (:class:`IndexCounters`) are committed with the read position, so they survive restarts, and are
 computed from the committed view and the records (texts embedded: from the cache writes), so a crash and a replay
@@ -252,7 +253,8 @@ class IndexWriter:
     ) -> BatchReport:
         """Apply ``(topic, key, value JSON or None)`` records to the index and the view; record ``progress``.
 
-        Topics other than ``canonical-chunks`` and ``source-mappings`` are skipped. The view, ``progress`` and
+        Topics other than ``canonical-chunks`` and ``source-mappings`` are skipped, but for the reviewers' decisions
+        in ``audit`` (a pair kept separate or merged is not flagged again). The view, ``progress`` and
         the counters are committed after the sink is written, in one write batch. ``deliver``, if given, gets the
         batch's semantic flags (none, often) before that commit, so a flag is never lost to a crash: if it
         raises, nothing is committed and the batch, flags included, is applied again.
@@ -281,7 +283,7 @@ class IndexWriter:
             self.sink.update_metadata(updates)
         if deletes:
             self.sink.delete(deletes)
-        reviews = self._semantic(written, vectors)
+        reviews = self._semantic(written, vectors, pending)
 
         # What the batch changed in the index, by the committed view and the staged one (never by the sink, which
         # may be ahead after a crash): so a replay counts what the interrupted attempt did once.
@@ -409,8 +411,11 @@ class IndexWriter:
 
     # -- semantic flags -------------------------------------------------------------------------------------------
 
-    def _semantic(self, fresh: Sequence[Row], vectors: Mapping[str, Vectors]) -> list[Output]:
-        """Flag each newly indexed text's nearest other rows at or above the threshold (see the module docstring)."""
+    def _semantic(self, fresh: Sequence[Row], vectors: Mapping[str, Vectors], view: Pending) -> list[Output]:
+        """Flag each newly indexed text's nearest other rows at or above the threshold (see the module docstring).
+
+        A pair a reviewer kept separate or merged is not flagged again.
+        """
         if not self.semantic_neighbours:
             return []
         flags: dict[str, Output] = {}
@@ -427,7 +432,7 @@ class IndexWriter:
                 ):
                     continue
                 similarity, engine_pair = self._jaccard(row, other)
-                if engine_pair:
+                if engine_pair or (view.decision(key) or {}).get("decision") in ("keep_separate", "merge"):
                     continue
                 flags[key] = Output(
                     "review",

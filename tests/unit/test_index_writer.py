@@ -22,9 +22,11 @@ from jsonschema import Draft202012Validator
 from streamdedup.codec import decode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
+from streamdedup.core.model import DeleteEvent
 from streamdedup.core.normalize import content_hash, normalize, words
 from streamdedup.core.shingles import jaccard
 from streamdedup.core.view import View as Fold
+from streamdedup.decisions import decision_event, parse_decision
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.feeds import run_feed
 from streamdedup.drivers.jsonl import JsonlFeed
@@ -583,6 +585,22 @@ def test_a_semantic_flag_lost_in_a_crash_is_raised_again(
         again = writer.apply(paraphrase_records[-1:], {"test": str(last).encode()})
     assert [f.key for f in again.reviews] == [":".join(sorted((content_hash(CAR), content_hash(AUTOMOBILE))))]
     assert len(embedder.hashes()) == len(set(embedder.hashes())) == 5
+
+
+@pytest.mark.parametrize("decided", [False, True], ids=["control", "kept-separate"])
+def test_a_semantic_pair_kept_separate_is_never_flagged_again(engine: Engine, tmp_path: Path, decided: bool):
+    # The car text leaves the index and comes back: a new row, searched again. Without a decision the pair is
+    # flagged again; after a reviewer's keep_separate (its audit record read with the outputs) it is not.
+    pair = tuple(sorted((content_hash(CAR), content_hash(AUTOMOBILE))))
+    keep = decision_event("keep_separate", by="ana", pair=pair, reason="semantic", version=1)
+    events = [upsert("wiki:car", 1, [CAR], acl=("eng",)), upsert("blog:automobile", 1, [AUTOMOBILE])]
+    events += [parse_decision(keep)] if decided else []
+    events += [DeleteEvent(source_id="wiki:car", version=2), upsert("wiki:car", 3, [CAR], acl=("eng",))]
+    records = corpus_records(engine, events)
+    assert (("review", ":".join(pair), None) in records) == decided  # the engine resolved the flag
+    with open_writer(tmp_path, paraphrase_embedder()) as writer:
+        flags = [f.key for _, batch in batches(records, 1) for f in writer.apply(batch, {}).reviews]
+    assert flags == [":".join(pair)] * (1 if decided else 2)
 
 
 def test_flags_are_delivered_before_the_commit(paraphrase_records: list[Record], tmp_path: Path):
