@@ -283,7 +283,7 @@ def _decision(data: dict[str, Any], limits: EventLimits) -> DecisionEvent:
     if reason is not None and reason not in _FLAG_REASONS:
         raise InvalidEventError(f"must be one of {', '.join(_FLAG_REASONS)}", field="reason")
     common: dict[str, Any] = {"version": version, "kind": kind, "by": by, "at": at, "note": note}
-    subjects = [name for name in ("pair", "source_id", "line") if name in data]
+    subjects = [name for name in ("pair", "source_id", "line", "collection") if name in data]
     if kind in PAIR_DECISIONS:
         if subjects != ["pair"]:
             raise InvalidEventError(f"a {kind} decision names a 'pair' (and no other subject)", field="pair")
@@ -307,7 +307,7 @@ def _decision(data: dict[str, Any], limits: EventLimits) -> DecisionEvent:
     if reason is not None:
         raise InvalidEventError("only a pair decision answers a flag", field="reason")
     if kind in LINE_DECISIONS:
-        if subjects != ["line"] or "collection" not in data:
+        if subjects != ["line", "collection"]:
             raise InvalidEventError(f"a {kind} decision names a 'collection' and a 'line'", field="line")
         collection = _no_control_characters(
             _string(data, "collection", required=True, max_length=limits.string_chars) or "", "collection"
@@ -425,8 +425,10 @@ def encode_event(event: InputEvent) -> bytes:
 
 
 def event_key(event: InputEvent) -> str:
-    """Return the Kafka key of an input event: its source_id, or the subject of a decision."""
-    return event.subject if isinstance(event, DecisionEvent) else event.source_id
+    """Return the Kafka key of an input event: its source_id (a preference's too), or a decision's subject."""
+    if isinstance(event, DecisionEvent) and event.subject_source is None:
+        return event.subject
+    return event.source_id
 
 
 def encode_for_dead_letter(event: InputEvent) -> bytes:

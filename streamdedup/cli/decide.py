@@ -65,15 +65,20 @@ def decide_command(
     note: str | None,
     version: int | None,
     console: Console,
+    reason: str | None = None,
 ) -> None:
-    """Build the decision, refuse it if it may not be made, and hand it to the engine (or print it)."""
+    """Build the decision, refuse it if it may not be made, and hand it to the engine (or print it).
+
+    ``reason`` is the flag's reason; with an output file (``out``) the open flag there says it.
+    """
     targets = sum((print_only, broker is not None, state is not None or out is not None))
     if targets != 1:
         raise ConfigurationError("give one of: --state DIR --out FILE (embedded), --broker, or --print")
     flag = None
-    if kind in ("merge", "keep_separate") and out is not None and out.exists():
+    if "pair" in subject and out is not None and out.exists():
         flag = open_flag(out, subject["pair"])
-    reason = flag.get("reason") if flag is not None else None
+        if flag is not None:
+            reason = flag.get("reason")
     event = decision_event(kind, by=by, note=note, version=version, reason=reason, **subject)
     check_decision(event, flag)
     if print_only:

@@ -392,6 +392,13 @@ _VersionOption = Annotated[
 ]
 _PairA = Annotated[str, typer.Argument(help="A content hash, or the review key HASH_A:HASH_B.")]
 _PairB = Annotated[str | None, typer.Argument(help="The other content hash.")]
+_ReasonOption = Annotated[
+    str | None,
+    typer.Option(
+        help="The reason of the flag it answers (fact_conflict, acl_boundary, semantic); read from --out when "
+        "there is one. A merge of an acl_boundary flag is refused."
+    ),
+]
 
 
 def _decide(
@@ -405,6 +412,7 @@ def _decide(
     by: str | None,
     note: str | None,
     version: int | None,
+    reason: str | None = None,
 ) -> None:
     import os
 
@@ -424,6 +432,7 @@ def _decide(
             by=who,
             note=note,
             version=version,
+            reason=reason,
             console=err,
         )
     )
@@ -441,6 +450,7 @@ def _pair_command(kind: str, summary: str) -> None:
         by: _ByOption = None,
         note: _NoteOption = None,
         version: _VersionOption = None,
+        reason: _ReasonOption = None,
     ) -> None:
         from streamdedup.cli.decide import pair_of
 
@@ -449,7 +459,7 @@ def _pair_command(kind: str, summary: str) -> None:
         except StreamDedupError as exc:
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from exc
-        _decide(ctx, kind, {"pair": pair}, state, out, broker, print_only, by, note, version)
+        _decide(ctx, kind, {"pair": pair}, state, out, broker, print_only, by, note, version, reason)
 
     command.__doc__ = summary
     decide_app.command(name=kind.replace("_", "-"))(command)

@@ -37,7 +37,6 @@ __all__ = [
     "VerifyRequest",
     "VerifyResult",
     "content_id",
-    "newer",
     "route",
     "split",
 ]
@@ -88,15 +87,6 @@ class PairMark(msgspec.Struct, frozen=True, array_like=True):
 
     kind: str
     version: int
-
-
-def newer(a: PairMark | None, b: PairMark | None) -> PairMark | None:
-    """Return the mark in force of two (None: no decision)."""
-    if a is None:
-        return b
-    if b is None or a.version >= b.version:
-        return a
-    return b
 
 
 class MemberReport(msgspec.Struct, frozen=True, array_like=True):
@@ -188,6 +178,7 @@ class VerifyRequest(msgspec.Struct, frozen=True, tag="verify", tag_field="op"):
     text: str
     info: Info
     decision: PairMark | None = None  # the sender's decision about the pair, if any
+    report: MemberReport | None = None  # the sender's report, when the receiver is its canonical
 
 
 class VerifyResult(msgspec.Struct, frozen=True, tag="verified", tag_field="op"):
@@ -206,6 +197,7 @@ class VerifyResult(msgspec.Struct, frozen=True, tag="verified", tag_field="op"):
     conflict: tuple[str, ...] | None = None  # the sender's fact tokens, when the facts differ
     text: str = ""
     decision: PairMark | None = None  # the decision about the pair the answer was computed under
+    report: MemberReport | None = None  # the sender's report, when the receiver is its canonical
 
 
 class NeighborUpdate(msgspec.Struct, frozen=True, tag="neighbor", tag_field="op"):

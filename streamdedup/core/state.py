@@ -119,7 +119,6 @@ class DecisionRecord(msgspec.Struct, kw_only=True, array_like=True):
     """The version of the decision in force about one pair or line (the source stage's ledger of decisions)."""
 
     version: int = -1
-    kind: str = ""
 
 
 class LineMark(msgspec.Struct, frozen=True, array_like=True):
@@ -277,7 +276,9 @@ class ContentRecord(msgspec.Struct, kw_only=True, dict=True, omit_defaults=True)
     # otherwise have joined (the best known, kept here until its own discovery is complete).
     conflicted: bool = False
     conflict: Conflict | None = None
-    flag_partner: str = ""  # the text the open fact_conflict flag names, until a decision resolves it
+    flag_partner: str = ""  # the text this life's fact_conflict flag names, until a decision resolves it
+    # The other side of every flag this content raised (in any life) that no decision has resolved yet.
+    raised: list[str] = msgspec.field(default_factory=list)
     # Reviewers' decisions about pairs with this content (other content hash -> the decision in force).
     decisions: dict[str, PairMark] = msgspec.field(default_factory=dict)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from streamdedup.codec import dead_letter, encode_for_dead_letter
+from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output, route
 from streamdedup.core.model import InputEvent
@@ -196,9 +196,11 @@ class EmbeddedRunner:
                 raise
             except Exception as exc:
                 origin = origins[index] if origins is not None else Origin(None, {"batch_index": index})
-                logger.warning("dead-lettering the event of %r at %s: %r", event.source_id, origin.where, exc)
+                logger.warning(
+                    "dead-lettering the event of %r at %s: %r", event_key(event), origin.where, exc
+                )
                 raw = origin.raw if origin.raw is not None else encode_for_dead_letter(event)
-                outputs.append(dead_letter(raw, exc, {**origin.where, "source_id": event.source_id}))
+                outputs.append(dead_letter(raw, exc, {**origin.where, "source_id": event_key(event)}))
                 continue
             nested.commit()
             outputs.extend(produced)

@@ -65,10 +65,31 @@ def test_reviewers_decisions_reach_the_same_view_under_any_interleaving(
     sim = SimulationDriver(
         engine, partitions=partitions, seed=seed * 103 + partitions, rewind=rewind, duplicate=duplicate
     )
-    view = View().apply_all(sim.run(feed))
+    outputs = sim.run(feed)
+    view = View().apply_all(outputs)
     assert check_invariants(view, live, threshold=0.8, shingle_size=5, decisions=decisions) == []
     assert view.compacted(with_revision=False) == embedded.compacted(with_revision=False)
     assert view.compacted(with_revision=False) == Reference(engine, live, decisions).compacted()
+    assert open_flags_decided(outputs, decisions) == []
+
+
+def open_flags_decided(outputs, decisions) -> list[str]:
+    """Return the flags still open that a decision resolved: any flag of a pair kept separate, and the
+    ``fact_conflict`` flag of a merged pair (an ``acl_boundary`` flag stays when the permission guard refuses the
+    merge in both directions)."""
+    flags = {}
+    for output in outputs:
+        if output.topic == "review":
+            flags[output.key] = output.value
+    return sorted(
+        f"{key} ({value['reason']}, {decisions.get(tuple(key.split(':')))})"
+        for key, value in flags.items()
+        if value is not None
+        and (
+            decisions.get(tuple(key.split(":"))) == "keep_separate"
+            or (decisions.get(tuple(key.split(":"))) == "merge" and value["reason"] == "fact_conflict")
+        )
+    )
 
 
 def test_the_decision_feeds_exercise_what_decisions_change(engine):

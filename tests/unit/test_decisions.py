@@ -197,7 +197,6 @@ def test_replays_and_older_decisions_change_nothing(run):
     key, _ = run.flag("refund")
     first = parse_decision(decision_event("merge", by="ana", pair=tuple(key.split(":")), version=10))
     run.apply(first)
-    compacted = run.view.compacted()
     assert run.apply(first) == []
     older = parse_decision(decision_event("keep_separate", by="bo", pair=tuple(key.split(":")), version=9))
     assert run.apply(older) == []
@@ -289,3 +288,50 @@ def test_a_decision_round_trips_through_the_codec():
     assert isinstance(event, DecisionEvent)
     assert event.pair == ("a" * 64, "b" * 64) and event.subject == f"{'a' * 64}:{'b' * 64}"
     assert json.loads(encode_event(event)) == data
+
+
+def test_the_decide_command_applies_prints_and_refuses(tmp_path):
+    from typer.testing import CliRunner
+
+    from streamdedup.cli.main import app
+
+    state, out = tmp_path / "state", tmp_path / "out.jsonl"
+    cli = CliRunner()
+    ran = cli.invoke(
+        app, ["run", str(EXAMPLE), "--state", str(state), "--out", str(out), "--batch-size", "1"]
+    )
+    assert ran.exit_code == 0, ran.output
+    flags = {}
+    for line in out.read_text().splitlines():
+        record = json.loads(line)
+        if record["topic"] == "review":
+            flags[record["value"]["reason"] + ("-refund" if "refund" in line else "")] = record["key"]
+    embedded = ["--state", str(state), "--out", str(out), "--by", "ana"]
+
+    refused = cli.invoke(app, ["decide", "merge", flags["acl_boundary"], *embedded])
+    assert refused.exit_code == 1 and "acl_boundary" in " ".join(refused.output.split())
+    refused = cli.invoke(
+        app, ["decide", "merge", flags["acl_boundary"], "--print", "--reason", "acl_boundary"]
+    )
+    assert refused.exit_code == 1
+
+    merged = cli.invoke(app, ["decide", "merge", flags["fact_conflict-refund"], *embedded])
+    assert merged.exit_code == 0, merged.output
+    appended = [json.loads(line) for line in out.read_text().splitlines()][-8:]
+    assert {"topic": "review", "key": flags["fact_conflict-refund"], "value": None} in appended
+    decision = next(
+        r["value"] for r in appended if r["topic"] == "audit" and r["value"]["action"] == "decision"
+    )
+    assert (decision["reason"], decision["by"], decision["decision"]["reason"]) == (
+        "merge",
+        "ana",
+        "fact_conflict",
+    )
+
+    printed = cli.invoke(app, ["decide", "prefer", "web:help/refunds", "--print", "--version", "4"])
+    assert printed.exit_code == 0, printed.output
+    event = json.loads(printed.stdout.splitlines()[0])
+    assert parse_decision(event).subject == "source:web:help/refunds" and event["version"] == 4
+
+    neither = cli.invoke(app, ["decide", "reopen", flags["fact_conflict-refund"]])
+    assert neither.exit_code == 1 and "--print" in neither.output

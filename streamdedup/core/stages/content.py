@@ -191,7 +191,7 @@ class ContentStage:
             "norm_stored": record.norm_stored,
             "length": record.length,
             "decisions": record.decisions,
-            "flag_partner": record.flag_partner,
+            "raised": record.raised,
         }
         fresh = ContentRecord(**keep, role="dead", sent_info=dead)  # type: ignore[arg-type]
         for name in fresh.__struct_fields__:

@@ -28,6 +28,7 @@ from streamdedup.core.messages import (
     BandJoin,
     BandLeave,
     Info,
+    MemberReport,
     Message,
     NeighborUpdate,
     Output,
@@ -121,7 +122,9 @@ class Discovery:
         record = work.record
         decision = self._take_decision(work, message.sender, message.decision, out)
         if not record.alive:
-            work.answers.append(Answer(message.sender, message.epoch, 0.0, False, decision=decision))
+            # Answered at settle: as dead, or verified then if the content comes alive later in the batch (an
+            # answer "no edge" stamped with its new life's state would break a pair a decision merged).
+            work.asked_while_dead.append(message)
             return
         mine, my_facts = self._features.of(record.norm)
         theirs, their_facts = self._features.of(message.norm)
@@ -138,7 +141,7 @@ class Discovery:
                 )
             edge = above and conflict is None
         if edge:
-            self.remember(work, message.sender, similarity, message.info)
+            self.remember(work, message.sender, similarity, message.info, message.report)
             # Told this content's state (its report too, if the sender is its canonical) at settle: a sender that
             # already was a neighbour asks again because it lost track of this one.
             work.new_neighbors.add(message.sender)
@@ -176,9 +179,9 @@ class Discovery:
             return
         if message.edge:
             if record.alive:
-                self.remember(work, message.sender, message.jaccard, message.info)
+                self.remember(work, message.sender, message.jaccard, message.info, message.report)
             else:
-                work.late_edges[message.sender] = LateEdge(message.jaccard, message.info)
+                work.late_edges[message.sender] = LateEdge(message.jaccard, message.info, message.report)
         elif decision is not None:
             self._forget(work, message.sender, message.info.seq)
 
@@ -210,18 +213,17 @@ class Discovery:
             record.conflict = None
         if mark.kind == "keep_separate":
             self._forget(work, other)
-            if record.flag_partner == other:  # the ledger resolved the flag
-                record.flag_partner, record.conflicted = "", False
+            self._resolve_flag(work, other, out)
             if other in record.flagged:
                 record.flagged.remove(other)
             return mark
         if mark.kind == "merge":
             entry = record.neighbors.get(other)
-            if other in record.flagged and entry is not None:  # this side's acl_boundary flag
+            if other in record.flagged and entry is not None:  # this life's acl_boundary flag
                 if covered(entry.info.readers, record.readers()):
                     # The better-ranked side joins this one instead: the one merge that I2 allows.
                     record.flagged.remove(other)
-                    out.append(Output("review", review_key(key, other), None))
+                    self._resolve_flag(work, other, out)
                 else:
                     out.append(
                         Output(
@@ -236,9 +238,10 @@ class Discovery:
                             ),
                         )
                     )
-            if record.flag_partner == other:
-                out.append(Output("review", review_key(key, other), None))
-                record.flag_partner, record.conflicted = "", False
+            else:
+                # A fact_conflict flag (or a flag of an earlier life: if the permission guard still keeps the two
+                # apart, the content flags them again when it decides).
+                self._resolve_flag(work, other, out)
             if verify and record.alive and other not in record.neighbors:
                 work.decided_verify.append(other)
             return mark
@@ -247,6 +250,16 @@ class Discovery:
         if verify and record.alive:
             work.decided_verify.append(other)
         return mark
+
+    @staticmethod
+    def _resolve_flag(work: Work, other: str, out: list[Message | Output]) -> None:
+        """Resolve the flag this content raised against ``other``, if it raised one (a tombstone on ``review``)."""
+        record = work.record
+        if record.flag_partner == other:
+            record.flag_partner, record.conflicted = "", False
+        if other in record.raised:
+            record.raised.remove(other)
+            out.append(Output("review", review_key(work.key, other), None))
 
     @staticmethod
     def _forget(work: Work, other: str, seq: int | None = None) -> None:
@@ -288,19 +301,25 @@ class Discovery:
         else:
             record.members.pop(message.sender, None)
 
-    def remember(self, work: Work, other: str, similarity: float, info: Info) -> None:
-        """Hold ``other`` as a verified neighbour (or update its state)."""
+    def remember(
+        self, work: Work, other: str, similarity: float, info: Info, report: MemberReport | None = None
+    ) -> None:
+        """Hold ``other`` as a verified neighbour (or update its state), with its report if it is a member here."""
         record = work.record
         if _settled(record.decisions.get(other), "keep_separate"):
             return
         entry = record.neighbors.get(other)
         if entry is None:
-            record.neighbors[other] = NeighborEntry(jaccard=similarity, info=info)
+            entry = record.neighbors[other] = NeighborEntry(jaccard=similarity, info=info)
             work.new_neighbors.add(other)
         elif info.seq > entry.info.seq:
             entry.info = info
-            if info.target != work.key:
-                record.members.pop(other, None)
+        elif info.seq < entry.info.seq:
+            return  # stale
+        if entry.info.target != work.key:
+            record.members.pop(other, None)
+        elif report is not None:
+            record.members[other] = report
 
     def answers(self, work: Work, rank: Rank) -> list[tuple[Answer, tuple[str, ...] | None]]:
         """Return the answers owed, each with the fact tokens to send when the sender is to flag the pair.
@@ -343,6 +362,8 @@ class Discovery:
             record.conflict = best
             return
         record.conflicted, record.conflict, record.flag_partner = True, None, best.content_hash
+        if best.content_hash not in record.raised:
+            record.raised.append(best.content_hash)
         # Described from the lower content hash's side, so both sides of a pair would describe it alike.
         mine = self._features.facts(record.norm)
         low, high = (mine, best.facts) if work.key < best.content_hash else (best.facts, mine)
@@ -364,11 +385,17 @@ class Discovery:
         self,
         work: Work,
         info: Info,
+        report: MemberReport | None,
         owed: list[tuple[Answer, tuple[str, ...] | None]],
         out: list[Message | Output],
     ) -> None:
-        """Send this batch's verify requests and the answers owed, with the content's settled state."""
+        """Send this batch's verify requests and the answers owed, with the content's settled state.
+
+        The content's canonical also gets its report with them: it may hold no entry of this content to take a
+        report from another message (it asks again because it lost track of it).
+        """
         record, key = work.record, work.key
+        target = record.target if report is not None else ""
         for other in work.to_verify:
             out.append(
                 VerifyRequest(
@@ -376,20 +403,24 @@ class Discovery:
                 )
             )
         asking = set(work.to_verify)
-        for other in work.decided_verify:
-            out.append(
-                VerifyRequest(
-                    other, key, record.epoch, record.norm, record.text, info, record.decisions.get(other)
-                )
-            )
-            asking.add(content_id(other))
         for other in sorted(work.strangers - set(record.neighbors)):
+            if content_id(other) not in asking:
+                # It holds this content as a neighbour but this content lost track of it: verify the pair again.
+                work.decided_verify.append(other)
+        for other in dict.fromkeys(work.decided_verify):
             if content_id(other) in asking:
                 continue
-            # It holds this content as a neighbour but this content lost track of it: verify the pair again.
+            asking.add(content_id(other))
             out.append(
                 VerifyRequest(
-                    other, key, record.epoch, record.norm, record.text, info, record.decisions.get(other)
+                    other,
+                    key,
+                    record.epoch,
+                    record.norm,
+                    record.text,
+                    info,
+                    record.decisions.get(other),
+                    report if other == target else None,
                 )
             )
         for answer, facts in owed:
@@ -405,6 +436,7 @@ class Discovery:
                     facts,
                     text,
                     answer.decision,
+                    report if answer.sender == target else None,
                 )
             )
 

@@ -59,12 +59,18 @@ class Settlement:
                         answer.sender, key, answer.epoch, 0.0, False, dead, None, "", answer.decision
                     )
                 )
+            for asked in work.asked_while_dead:
+                decision = record.decisions.get(asked.sender)
+                out.append(VerifyResult(asked.sender, key, asked.epoch, 0.0, False, dead, None, "", decision))
             for other in sorted(set(work.late_edges) | work.strangers):
                 out.append(NeighborUpdate(other, key, dead))
             return
         discovery = self._discovery
         for other, edge in sorted(work.late_edges.items()):
-            discovery.remember(work, other, edge.jaccard, edge.info)
+            discovery.remember(work, other, edge.jaccard, edge.info, edge.report)
+        for asked in work.asked_while_dead:  # it came alive later in the batch: verify now
+            discovery.on_verify_request(work, asked, out)
+        work.asked_while_dead.clear()
         self._positions.ensure_top(work)
         first = record.top[0]
         best = (first.source_id, first.position, first.attrs)
@@ -73,9 +79,14 @@ class Settlement:
         owed = discovery.answers(work, rank)
         if record.candidates and not record.pending_bands:
             discovery.choose_candidates(work)
+        # A decided verification whose text a band candidate's request reaches anyway is not sent twice.
+        asking = set(work.to_verify)
+        work.decided_verify = [h for h in dict.fromkeys(work.decided_verify) if content_id(h) not in asking]
+        decided = [content_id(h) for h in work.decided_verify]
         record.pending_verify.extend(work.to_verify)
-        record.pending_verify.extend(content_id(other) for other in work.decided_verify)
+        record.pending_verify.extend(decided)
         record.checked.extend(work.to_verify)
+        record.checked.extend(h for h in decided if h not in record.checked)
         discovery.flag_conflict(work, out)
         if not record.pending_bands and not record.pending_verify:
             self._decide(work, rank, readers, out)
@@ -104,7 +115,7 @@ class Settlement:
         self._tell_neighbors(work, info, report, info_changed, report_changed, out)
         self._tell_sources(work, status, status_changed, out)
         self._emit_chunk(work, readers, out)
-        discovery.ask_and_answer(work, info, owed, out)
+        discovery.ask_and_answer(work, info, report, owed, out)
 
     def _tell_neighbors(
         self,
@@ -159,6 +170,8 @@ class Settlement:
             if other in record.flagged:
                 continue
             record.flagged.append(other)
+            if other not in record.raised:
+                record.raised.append(other)
             entry = record.neighbors[other]
             out.append(
                 Output(

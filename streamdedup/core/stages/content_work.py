@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from streamdedup.core.facts import fact_tokens
-from streamdedup.core.messages import Info, PairMark
+from streamdedup.core.messages import Info, MemberReport, PairMark, VerifyRequest
 from streamdedup.core.shingles import shingle_set
 from streamdedup.core.state import Conflict, ContentRecord, PartitionState, RefEntry, Table
 
@@ -33,6 +33,7 @@ class LateEdge(msgspec.Struct, frozen=True):
 
     jaccard: float
     info: Info
+    report: MemberReport | None = None
 
 
 @dataclass(slots=True)
@@ -53,6 +54,8 @@ class Work:
     # Contents (whole hashes) to verify the pair with because of a reviewer's decision about it.
     decided_verify: list[str] = field(default_factory=list)
     answers: list[Answer] = field(default_factory=list)
+    # Verify requests that arrived while the content was not alive: answered at settle, as what it is by then.
+    asked_while_dead: list[VerifyRequest] = field(default_factory=list)
     # Better-ranked texts above the threshold that state other facts, met in this batch: this content flags.
     conflicts: list[Conflict] = field(default_factory=list)
     new_neighbors: set[str] = field(default_factory=set)

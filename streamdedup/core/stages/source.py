@@ -140,7 +140,7 @@ class SourceStage:
         record = ledger.get_or_new(event.source_id)
         if event.version <= record.version:
             return
-        record.version, record.kind = event.version, event.kind
+        record.version = event.version
         ledger.mark(event.source_id)
         if event.pair is not None:
             mark = PairMark(event.kind, event.version)
@@ -162,7 +162,10 @@ class SourceStage:
         table: Table[SourceRecord], event: DecisionEvent, out: list[Message | Output]
     ) -> bool:
         """Apply a prefer/unprefer decision to the source; return whether its contents must hear new attributes."""
-        record = table.get_or_new(event.source_id)
+        record = table.get(event.source_id)
+        if record is None:  # no event of the source yet: it is not live until its first upsert
+            record = SourceRecord(deleted=True)
+            table.put(event.source_id, record)
         if event.version <= record.preferred_version:
             return False
         record.preferred_version = event.version

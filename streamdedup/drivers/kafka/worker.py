@@ -40,7 +40,7 @@ import mode
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
-from streamdedup.codec import decode_event, encode_for_dead_letter, encode_output_value
+from streamdedup.codec import decode_event, encode_for_dead_letter, encode_output_value, event_key
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output
 from streamdedup.core.model import InputEvent
@@ -384,7 +384,11 @@ class StageWorker(mode.Service):
                 error = f"processing failed in stage {stage} ({type(exc).__name__}: {exc})"
                 logger.warning("dead-lettering a %s message: %s", stage, error)
                 if isinstance(message, InputEvent):
-                    value, key, reason = encode_for_dead_letter(message), message.source_id.encode(), "failed"
+                    value, key, reason = (
+                        encode_for_dead_letter(message),
+                        event_key(message).encode(),
+                        "failed",
+                    )
                 else:
                     value = next(encode_batches([message], max_bytes=MAX_MESSAGE_BYTES))
                     key, reason = None, "stage"
