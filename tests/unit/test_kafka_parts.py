@@ -53,6 +53,8 @@ def test_metrics_count_merges_swaps_and_flags():
             Output("audit", "c", {"action": "swap", "reason": "newer modified_at"}),
             Output("review", "a:b", {"reason": "fact_conflict"}),
             Output("canonical-chunks", "c", None),
+            Output("audit", "a:b", {"action": "decision", "reason": "keep_separate"}),
+            Output("audit", "a:b", {"action": "decision_refused", "reason": "merge"}),
         ]
     )
     text = metrics.render().decode()
@@ -60,6 +62,8 @@ def test_metrics_count_merges_swaps_and_flags():
     assert "streamdedup_canonical_changes_total 1.0" in text
     assert 'streamdedup_review_flags_total{reason="fact_conflict"} 1.0' in text
     assert 'streamdedup_outputs_total{topic="canonical-chunks"} 1.0' in text
+    assert 'streamdedup_decisions_total{decision="keep_separate"} 1.0' in text
+    assert 'streamdedup_decisions_total{decision="refused"} 1.0' in text
 
 
 def test_the_worker_leaves_the_log_level_alone(tmp_path):

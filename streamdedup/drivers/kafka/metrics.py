@@ -42,6 +42,12 @@ class Metrics:
         )
         self.splits = Counter("streamdedup_splits", "Members that left a chunk (audit split).", registry=r)
         self.flags = Counter("streamdedup_review_flags", "Review flags raised.", ["reason"], registry=r)
+        self.decisions = Counter(
+            "streamdedup_decisions",
+            "Reviewers' decisions applied (audit decision), and merges the permission guard refused.",
+            ["decision"],
+            registry=r,
+        )
         self.outputs = Counter(
             "streamdedup_outputs", "Records written to output topics.", ["topic"], registry=r
         )
@@ -108,6 +114,10 @@ class Metrics:
                     self.canonical_changes.inc()
                 elif action == "split":
                     self.splits.inc()
+                elif action == "decision":
+                    self.decisions.labels(value["reason"]).inc()
+                elif action == "decision_refused":
+                    self.decisions.labels("refused").inc()
             elif output.topic == "review":
                 self.flags.labels(value["reason"]).inc()
 
