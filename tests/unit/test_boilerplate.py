@@ -8,9 +8,10 @@ from typer.testing import CliRunner
 from streamdedup.cli.main import app
 from streamdedup.codec import encode_event
 from streamdedup.core.engine import Engine
-from streamdedup.core.model import SourceAttrs, UpsertEvent
+from streamdedup.core.model import DecisionEvent, SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.core.view import View
+from streamdedup.decisions import decision_event, parse_decision
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.simulation import SimulationDriver
 from streamdedup.store.memory import MemoryStore
@@ -99,6 +100,45 @@ def test_any_interleaving_gives_a_sound_view_with_boilerplate():
         live = live_sources_in_store(sim.store)
         assert check_invariants(view, live, threshold=0.8, shingle_size=5) == []
         assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
+
+
+def line_decision(kind: str, line: str, version: int) -> DecisionEvent:
+    data = decision_event(kind, by="ana", collection="handbook", line=line, version=version)
+    return parse_decision(data)
+
+
+def test_line_decisions_among_the_pages_give_a_sound_view_under_any_interleaving():
+    # Allow the footer and strip the header at random places among the pages' first versions, then the second
+    # versions; then give the header back to the counts. Any interleaving gives a sound view; when each event is
+    # done before the next, the second versions are chunked as the decisions say.
+    params = EngineParams(boilerplate_min_docs=8)
+    engine = Engine(params)
+    footer = FOOTER.split("\n", maxsplit=1)[0]
+    for seed in range(4):
+        rng = random.Random(seed)
+        first = [page(i) for i in range(24)]
+        decisions = [
+            line_decision("boilerplate_allow", footer, 1),
+            line_decision("boilerplate_strip", HEADER_LINE, 1),
+        ]
+        for decision in decisions:
+            first.insert(rng.randrange(len(first) + 1), decision)
+        events = [*first, *(page(i, version=2) for i in range(24))]
+        for schedule in ("random", "pipeline"):
+            sim = SimulationDriver(engine, partitions=3, seed=seed, rewind=0.05, schedule=schedule)
+            view = View().apply_all(sim.run(events))
+            live = live_sources_in_store(sim.store)
+            assert check_invariants(view, live, threshold=0.8, shingle_size=5) == []
+            assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
+            if (
+                schedule == "pipeline"
+            ):  # each event done before the next: the second versions follow the decisions
+                assert all(footer.lower() in s.norms[0] for s in live.values()), "the footer was allowed"
+                assert all(HEADER_LINE not in s.norms[0] for s in live.values()), "the header was stripped"
+            # Back to the counts, then replays of the earlier decisions: those change nothing.
+            later = [line_decision("boilerplate_auto", HEADER_LINE, 2), *decisions]
+            outputs = sim.run(later)
+            assert [o.value["reason"] for o in outputs if o.topic == "audit"] == ["boilerplate_auto"]
 
 
 def test_the_boilerplate_listing(tmp_path):
