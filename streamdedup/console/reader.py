@@ -116,36 +116,31 @@ class StateReader:
         return out
 
 
-def _collection_names(family: rocksdict.Rdict) -> set[str]:
-    """Return the names of the collections that have a record in the collection stage."""
-    start = _PARTITION + b"c\x00"
-    names: set[str] = set()
+def _prefixed(family: rocksdict.Rdict, start: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Yield the (key, value) pairs of a column family whose key starts with ``start``, in key order."""
     cursor = family.iter()
     cursor.seek(start)
     while cursor.valid():
-        key = cursor.key()
+        key, value = cursor.key(), cursor.value()
         if not isinstance(key, bytes) or not key.startswith(start):
             break
-        names.add(key[len(start) :].decode("utf-8"))
+        if isinstance(value, bytes):
+            yield key, value
         cursor.next()
-    return names
+
+
+def _collection_names(family: rocksdict.Rdict) -> set[str]:
+    """Return the names of the collections that have a record in the collection stage."""
+    start = _PARTITION + b"c\x00"
+    return {key[len(start) :].decode("utf-8") for key, _ in _prefixed(family, start)}
 
 
 def _lines(
     family: rocksdict.Rdict, collection: str, decoder: msgspec.msgpack.Decoder[LineRecord]
 ) -> Iterator[LineRecord]:
     """Yield every line record of one collection."""
-    start = _PARTITION + f"l\x00{collection}\x00".encode()
-    cursor = family.iter()
-    cursor.seek(start)
-    while cursor.valid():
-        key = cursor.key()
-        if not isinstance(key, bytes) or not key.startswith(start):
-            break
-        value = cursor.value()
-        if isinstance(value, bytes):
-            yield decoder.decode(value)
-        cursor.next()
+    for _, value in _prefixed(family, _PARTITION + f"l\x00{collection}\x00".encode()):
+        yield decoder.decode(value)
 
 
 def _count(
