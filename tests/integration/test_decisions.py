@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -53,3 +61,94 @@ def test_a_decision_sent_to_the_topic_changes_a_running_workers_view(deployment,
     live, in_force = live_sources(events), decisions_in_force(events)
     assert check_invariants(view, live, threshold=0.8, shingle_size=5, decisions=in_force) == []
     assert view.compacted(with_revision=False) == Reference(engine, live, in_force).compacted()
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read().decode()
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _sections(page: str) -> tuple[str, str]:
+    """The queue page's open and decided sections."""
+    opened = page.split('<section id="open">', 1)[1]
+    return opened.split('<section id="decided">', 1)[0], opened.split('<section id="decided">', 1)[1]
+
+
+def _until(condition, what: str, seconds: float = 120.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"{what} within {seconds} s")
+
+
+def test_the_console_on_a_deployments_topics_sends_decisions_to_the_worker(deployment, tmp_path):
+    deployment.start_worker()
+    deployment.produce(example_events())
+    deployment.wait_until_idle()
+    flags = review_values(deployment)
+    key = next(k for k, v in flags.items() if v is not None and "float16" in json.dumps(v))
+    acl_key = next(k for k, v in flags.items() if v is not None and v["reason"] == "acl_boundary")
+
+    env = {**os.environ, **deployment.env}
+    command = [sys.executable, "-m", "streamdedup.cli", "review", "--broker", deployment.settings.broker]
+    with (tmp_path / "console.log").open("w") as log:
+        process = subprocess.Popen(
+            [*command, "--port", "0", "--by", "ana"], env=env, stdout=subprocess.PIPE, stderr=log, text=True
+        )
+        assert process.stdout is not None
+        printed: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=lambda: [printed.put(x) for x in process.stdout], daemon=True)
+        reader.start()
+        try:
+
+            def served() -> str | None:
+                while not printed.empty():
+                    line = printed.get()
+                    if "serving http" in line:
+                        return line.split()[-1]
+                assert process.poll() is None, (tmp_path / "console.log").read_text()
+                return None
+
+            url = _until(served, "the console printed no URL")
+            # It reads the output topics from their start: the float pair appears among the open flags.
+            _until(lambda: key in _sections(_get(url + "queue"))[0], "the float pair was not shown open")
+
+            status, answer = _post(
+                url + "api/decision", {"decision": "keep_separate", "pair": key.split(":")}
+            )
+            assert status == 200 and answer["ok"], answer
+            status, refused = _post(url + "api/decision", {"decision": "merge", "pair": acl_key.split(":")})
+            assert status == 409 and "acl_boundary" in refused["error"], refused
+
+            deployment.wait_until_idle()  # the worker applied it
+            assert review_values(deployment)[key] is None
+            audits = [json.loads(v) for _, v in deployment.records("audit") if v is not None]
+            assert [(a["reason"], a["by"]) for a in audits if a["action"] == "decision"] == [
+                ("keep_separate", "ana")
+            ]
+            # And the console, following the topics, lists the pair as decided.
+            _until(lambda: key in _sections(_get(url + "queue"))[1], "the pair was not shown decided")
+            assert key not in _sections(_get(url + "queue"))[0]
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
+            reader.join(timeout=30)
+            process.stdout.close()
