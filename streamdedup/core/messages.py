@@ -2,7 +2,8 @@
 
 Every message names the key it is routed by; :func:`route` says which stage receives it. Messages carry state,
 not deltas: each holds the sender's current view with a sequence number or version, so a receiver can apply any
-message twice, or an older one after a newer one, and end in the same state.
+message twice, or an older one after a newer one, and end in the same state. The messages with optional parts (a
+decision, a member's report, attributes alone) leave them out of their encoding when unused.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class MemberReport(msgspec.Struct, frozen=True, array_like=True):
     rank: Rank | None = None
 
 
-class RefUpdate(msgspec.Struct, frozen=True, tag="ref", tag_field="op"):
+class RefUpdate(msgspec.Struct, frozen=True, omit_defaults=True, tag="ref", tag_field="op"):
     """Source → content: the positions at which ``source_id`` (at ``version``) holds this content."""
 
     content_hash: str
@@ -164,7 +165,7 @@ class BandAck(msgspec.Struct, frozen=True, tag="ack", tag_field="op"):
     candidates: tuple[tuple[str, int], ...] = ()  # (content id, bands shared)
 
 
-class VerifyRequest(msgspec.Struct, frozen=True, tag="verify", tag_field="op"):
+class VerifyRequest(msgspec.Struct, frozen=True, omit_defaults=True, tag="verify", tag_field="op"):
     """Content → content: check whether the sender is a near copy of the receiver.
 
     ``content_hash`` is the receiver's whole hash, or its :func:`content_id` when a band named it as a candidate:
@@ -181,7 +182,7 @@ class VerifyRequest(msgspec.Struct, frozen=True, tag="verify", tag_field="op"):
     report: MemberReport | None = None  # the sender's report, when the receiver is its canonical
 
 
-class VerifyResult(msgspec.Struct, frozen=True, tag="verified", tag_field="op"):
+class VerifyResult(msgspec.Struct, frozen=True, omit_defaults=True, tag="verified", tag_field="op"):
     """Content → content: the verified similarity, and whether the pair may merge.
 
     ``conflict`` holds the sender's fact tokens when the pair is above the threshold but states different facts
