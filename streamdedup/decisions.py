@@ -18,7 +18,13 @@ from typing import Any
 
 from streamdedup.codec import event_from_data
 from streamdedup.core.messages import Output
-from streamdedup.core.model import LINE_DECISIONS, PAIR_DECISIONS, SOURCE_DECISIONS, DecisionEvent
+from streamdedup.core.model import (
+    LINE_DECISIONS,
+    PAIR_DECISIONS,
+    SOURCE_DECISIONS,
+    DecisionEvent,
+    format_timestamp,
+)
 from streamdedup.core.records import DECISION_SCHEMA, decision_value
 from streamdedup.drivers.jsonl import opened_state
 from streamdedup.drivers.kafka.admin import produce_events
@@ -70,7 +76,7 @@ def decision_event(
         "decision": kind,
         "version": time.time_ns() // 1000 if version is None else version,
         "by": by,
-        "at": _now(),
+        "at": format_timestamp(time.time_ns() // 1000),
     }
     if pair is not None:
         data["pair"] = sorted(pair)
@@ -106,12 +112,6 @@ def check_decision(event: dict[str, Any], flag: dict[str, Any] | None) -> None:
         return
     if event.get("reason") == "acl_boundary" or (flag is not None and flag.get("reason") == "acl_boundary"):
         raise DecisionRefused(_ACL_REFUSAL)
-
-
-def _now() -> str:
-    moment = time.time_ns() // 1000
-    seconds, micros = divmod(moment, 1_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
 
 
 class EmbeddedDecisions:

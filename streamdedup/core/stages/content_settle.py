@@ -53,15 +53,10 @@ class Settlement:
         record, key = work.record, work.key
         if not record.alive:
             dead = Info(record.seq, "dead")
-            for answer in work.answers:
-                out.append(
-                    VerifyResult(
-                        answer.sender, key, answer.epoch, 0.0, False, dead, None, "", answer.decision
-                    )
-                )
-            for asked in work.asked_while_dead:
-                decision = record.decisions.get(asked.sender)
-                out.append(VerifyResult(asked.sender, key, asked.epoch, 0.0, False, dead, None, "", decision))
+            unanswered = [(a.sender, a.epoch, a.decision) for a in work.answers]
+            unanswered += [(m.sender, m.epoch, record.decisions.get(m.sender)) for m in work.asked_while_dead]
+            for sender, epoch, decision in unanswered:
+                out.append(VerifyResult(sender, key, epoch, 0.0, False, dead, None, "", decision))
             for other in sorted(set(work.late_edges) | work.strangers):
                 out.append(NeighborUpdate(other, key, dead))
             return
