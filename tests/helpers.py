@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Sequence
 
 from streamdedup.core.engine import Engine
@@ -62,3 +63,15 @@ def unflagged(
         if (reason, key) not in flags
         and not (reason == "fact_conflict" and set(key.split(":")) & in_conflict)
     ]
+
+
+def stop(process: subprocess.Popen, seconds: float = 30) -> None:
+    """Stop a command started for a test: terminate it, and kill it if it does not exit within ``seconds``."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=seconds)

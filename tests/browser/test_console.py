@@ -23,6 +23,8 @@ from typing import IO
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect
 
+from tests.helpers import stop
+
 ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "feed.jsonl"
 IMAGES = ROOT / "out" / "screenshots"
@@ -118,13 +120,7 @@ def console(example: Example) -> Iterator[str]:
             )
         yield url
     finally:
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
+        stop(process)
         reader.join(timeout=30)
         process.stdout.close()
         log.close()

@@ -18,6 +18,7 @@ from streamdedup.codec import decode_event
 from streamdedup.core.model import DecisionEvent
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, decisions_in_force, live_sources
+from tests.helpers import stop
 from tests.integration.test_commands import cli
 from tests.integration.test_service import example_events
 
@@ -144,11 +145,6 @@ def test_the_console_on_a_deployments_topics_sends_decisions_to_the_worker(deplo
             _until(lambda: key in _sections(_get(url + "queue"))[1], "the pair was not shown decided")
             assert key not in _sections(_get(url + "queue"))[0]
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=30)
+            stop(process)
             reader.join(timeout=30)
             process.stdout.close()
