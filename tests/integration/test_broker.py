@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
-from tests.integration.conftest import BROKER_SCRIPT
+from tests.integration.conftest import BROKER_SCRIPT, RESTART_PORTS, free_pair
 
 pytestmark = pytest.mark.integration
 
@@ -59,27 +58,8 @@ async def _read(servers: str) -> tuple[list[bytes], set[str]]:
         await consumer.stop()
 
 
-#: Brokers that tests restart listen below the ephemeral port range (32768 and up on Linux): a client that keeps
-#: reconnecting to a stopped broker on an ephemeral port can be given that very port as its own and connect to
-#: itself, and the restarted broker then finds its port taken.
-RESTART_PORTS = 23092
-
-
-def _free_pair(start: int) -> int:
-    """Return a port that is free, with the next one (the controller's) free too."""
-    for port in range(start, start + 200, 2):
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port
-    raise AssertionError(f"no two free ports from {start}")
-
-
 def test_a_restarted_broker_keeps_its_data_until_wiped(tmp_path: Path):
-    port = _free_pair(RESTART_PORTS)
+    port = free_pair(RESTART_PORTS)
     servers = f"127.0.0.1:{port}"
     env = {**os.environ, "KAFKA_PORT": str(port), "KAFKA_HOME_DIR": str(tmp_path / "kafka")}
     try:

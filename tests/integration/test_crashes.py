@@ -17,9 +17,8 @@ import pytest
 from streamdedup.core.model import InputEvent
 from streamdedup.testing.feeds import random_feed
 from tests.helpers import embedded_review_keys, run_embedded, unflagged
-from tests.integration.conftest import BROKER_SCRIPT
+from tests.integration.conftest import BROKER_SCRIPT, RESTART_PORTS, free_pair
 from tests.integration.harness import Deployment
-from tests.integration.test_broker import RESTART_PORTS, _free_pair
 from tests.integration.test_service import example_events
 
 pytestmark = pytest.mark.integration
@@ -99,7 +98,7 @@ def test_a_rebalance_when_a_worker_dies_and_another_joins(deployment, engine, tm
 
 
 def test_a_broker_restart_while_producing(engine, tmp_path: Path):
-    port = _free_pair(RESTART_PORTS + 100)
+    port = free_pair(RESTART_PORTS + 100)
     env = {**os.environ, "KAFKA_PORT": str(port), "KAFKA_HOME_DIR": str(tmp_path / "kafka")}
 
     def script(command: str, **extra: str) -> None:
