@@ -11,9 +11,7 @@ exactly where Kafka would have put each of its keys.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import Any
+from streamdedup.core.compiled import loaded
 
 __all__ = ["murmur2", "partition_for", "positive_murmur2"]
 
@@ -46,54 +44,17 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-@functools.cache
-def _compiled() -> Callable[[bytes], Any]:
-    """Compile (or load from numba's cache) the partitioner on first use: importing numba takes a while."""
-    import numba
-    import numpy as np
-
-    def _positive_murmur2(
-        data: Any,
-    ) -> Any:  # pragma: no cover - compiled; equal to murmur2(data) & 0x7FFFFFFF
-        mask = np.uint64(0xFFFFFFFF)
-        m = np.uint64(0x5BD1E995)
-        length = len(data)
-        h = (np.uint64(0x9747B28C) ^ np.uint64(length)) & mask
-        end = length - length % 4
-        for i in range(0, end, 4):
-            k = (
-                np.uint64(data[i])
-                | (np.uint64(data[i + 1]) << np.uint64(8))
-                | (np.uint64(data[i + 2]) << np.uint64(16))
-                | (np.uint64(data[i + 3]) << np.uint64(24))
-            )
-            k = (k * m) & mask
-            k ^= k >> np.uint64(24)
-            k = (k * m) & mask
-            h = ((h * m) & mask) ^ k
-        extra = length % 4
-        if extra == 3:
-            h ^= np.uint64(data[end + 2]) << np.uint64(16)
-        if extra >= 2:
-            h ^= np.uint64(data[end + 1]) << np.uint64(8)
-        if extra >= 1:
-            h ^= np.uint64(data[end])
-            h = (h * m) & mask
-        h ^= h >> np.uint64(13)
-        h = (h * m) & mask
-        h ^= h >> np.uint64(15)
-        return np.int64(h & np.uint64(0x7FFFFFFF))
-
-    return numba.njit(cache=True, nogil=True)(_positive_murmur2)
-
-
 def positive_murmur2(data: bytes) -> int:
-    """Return ``murmur2(data) & 0x7FFFFFFF``, compiled (what Kafka's default partitioner takes modulo)."""
-    return int(_compiled()(data))
+    """Return ``murmur2(data) & 0x7FFFFFFF`` (what Kafka's default partitioner takes modulo): compiled once the
+    engine's compiled kernels are loaded (every message needs one), in Python before."""
+    compiled = loaded()
+    if compiled is not None:
+        return int(compiled.positive_murmur2(data))
+    return murmur2(data) & 0x7FFFFFFF
 
 
 def partition_for(key: str, partitions: int) -> int:
-    """Return the partition Kafka's default partitioner assigns to ``key`` (compiled: every message needs one)."""
+    """Return the partition Kafka's default partitioner assigns to ``key``."""
     if partitions == 1:
         return 0
-    return int(_compiled()(key.encode("utf-8"))) % partitions
+    return positive_murmur2(key.encode("utf-8")) % partitions

@@ -8,7 +8,9 @@ minimum per permutation. Signatures are stored in ``LeanMinHash``'s little-endia
 
 The shingle hash is built from word hashes (FNV-1a 64 over the word's UTF-8 bytes, then a 64-bit finalizer),
 combined polynomially over the shingle's words and folded to 32 bits. That lets one compiled pass (numba) read
-the UTF-8 bytes of a whole batch of texts and produce every signature, with no Python work per word or shingle.
+the UTF-8 bytes of a whole batch of texts and produce every signature, with no Python work per word or shingle;
+:func:`numpy_kernel` computes the same with NumPy array operations for small batches, until a large one makes
+loading the compiled kernel pay (:mod:`streamdedup.core.compiled`).
 
 >>> scheme = SignatureScheme(num_perm=16, seed=1, shingle_size=5)
 >>> sigs, distinct = scheme.signatures(["a b c d e", "a b c d e", ""])
@@ -25,11 +27,12 @@ import struct
 from collections.abc import Sequence
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SignatureScheme", "estimate_jaccard", "shingle_hash32"]
+from streamdedup.core.compiled import for_batch
+
+__all__ = ["SignatureScheme", "estimate_jaccard", "numpy_kernel", "shingle_hash32"]
 
 _SCHEME_CODE_AFFINE32 = 1
 _HEADER = struct.Struct("<qiB")
@@ -47,11 +50,15 @@ def _mix64(h: int) -> int:
     return h ^ (h >> 31)
 
 
-def _word_hash(word: bytes) -> int:
+def _fnv1a(word: bytes) -> int:
     h = _FNV_OFFSET
     for byte in word:
         h = ((h ^ byte) * _FNV_PRIME) & _MASK64
-    return _mix64(h)
+    return h
+
+
+def _word_hash(word: bytes) -> int:
+    return _mix64(_fnv1a(word))
 
 
 def shingle_hash32(shingle: bytes) -> int:
@@ -63,15 +70,41 @@ def shingle_hash32(shingle: bytes) -> int:
     return (acc ^ (acc >> 32)) & 0xFFFFFFFF
 
 
-@numba.njit(cache=True, nogil=True)
-def _mix64_nb(h: Any) -> Any:
-    h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return h ^ (h >> np.uint64(31))
+_U64 = np.uint64
+_LONG_WORD = 64  # words up to this many bytes are hashed together, byte position by byte position
+_BLOCK = 4096  # distinct shingles permuted at once (a block of num_perm values each)
 
 
-@numba.njit(cache=True, nogil=True)
-def _kernel(
+def _mix64_array(h: Any) -> Any:
+    h = (h ^ (h >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+    h = (h ^ (h >> _U64(27))) * _U64(0x94D049BB133111EB)
+    return h ^ (h >> _U64(31))
+
+
+def _word_hashes(
+    data: npt.NDArray[np.uint8], starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64]
+) -> Any:
+    """FNV-1a 64 of each word ``data[start:end]``, then the 64-bit finalizer; short words all at once."""
+    lengths = ends - starts
+    order = np.argsort(-lengths, kind="stable")  # longest first: the words still going at byte k are a prefix
+    by_length, first = lengths[order], starts[order]
+    hashes = np.full(len(order), _FNV_OFFSET, dtype=np.uint64)
+    long_words = int(np.count_nonzero(by_length > _LONG_WORD))
+    for i in range(long_words):  # rare (a URL, a hash): byte by byte in Python
+        start = int(first[i])
+        hashes[i] = _fnv1a(data[start : start + int(by_length[i])].tobytes())
+    going = -by_length[long_words:]
+    for k in range(int(by_length[long_words]) if len(going) else 0):
+        n = long_words + int(np.searchsorted(going, -k, side="left"))
+        hashes[long_words:n] = (
+            hashes[long_words:n] ^ data[first[long_words:n] + k].astype(np.uint64)
+        ) * _U64(_FNV_PRIME)
+    out = np.empty_like(hashes)
+    out[order] = _mix64_array(hashes)
+    return out
+
+
+def numpy_kernel(
     data: npt.NDArray[np.uint8],
     offsets: npt.NDArray[np.int64],
     size: int,
@@ -79,59 +112,77 @@ def _kernel(
     b: npt.NDArray[np.uint32],
     out: npt.NDArray[np.uint32],
     distinct: npt.NDArray[np.int64],
-) -> None:  # pragma: no cover - compiled; its results are checked against datasketch in the tests
-    perms = a.shape[0]
-    mask32 = np.uint64(0xFFFFFFFF)
-    for c in range(offsets.shape[0] - 1):
-        start, end = offsets[c], offsets[c + 1]
-        words = np.empty((end - start) // 2 + 1, dtype=np.uint64)
-        count = 0
-        h = np.uint64(0xCBF29CE484222325)
-        inside = False
-        for i in range(start, end):
-            byte = data[i]
-            if byte == 32:
-                if inside:
-                    words[count] = _mix64_nb(h)
-                    count += 1
-                    inside = False
-            else:
-                if not inside:
-                    h = np.uint64(0xCBF29CE484222325)
-                    inside = True
-                h = (h ^ np.uint64(byte)) * np.uint64(0x100000001B3)
-        if inside:
-            words[count] = _mix64_nb(h)
-            count += 1
-        for p in range(perms):
-            out[c, p] = np.uint32(0xFFFFFFFF)
-        if count == 0:
-            distinct[c] = 0
-            continue
-        width = min(size, count)
-        shingles = np.empty(count - width + 1, dtype=np.uint32)
-        for s in range(count - width + 1):
-            acc = np.uint64(0)
-            for j in range(width):
-                acc = acc * np.uint64(0x9E3779B97F4A7C15) + words[s + j]
-            acc = _mix64_nb(acc)
-            shingles[s] = np.uint32((acc ^ (acc >> np.uint64(32))) & mask32)
-        shingles.sort()
-        unique = 0
-        for s in range(shingles.shape[0]):
-            if s > 0 and shingles[s] == shingles[s - 1]:
-                continue
-            unique += 1
-            hv = np.uint64(shingles[s])  # MurmurHash3 fmix32, then the affine permutations mod 2**32
-            hv = hv ^ (hv >> np.uint64(16))
-            hv = (hv * np.uint64(0x85EBCA6B)) & mask32
-            hv = hv ^ (hv >> np.uint64(13))
-            hv = (hv * np.uint64(0xC2B2AE35)) & mask32
-            hv = hv ^ (hv >> np.uint64(16))
-            for p in range(perms):
-                value = np.uint32((np.uint64(a[p]) * hv + np.uint64(b[p])) & mask32)
-                out[c, p] = min(out[c, p], value)
-        distinct[c] = unique
+) -> None:
+    """Fill ``out`` and ``distinct`` as the compiled kernel does, with NumPy array operations.
+
+    Words are runs of bytes other than a space inside each text ``data[offsets[i]:offsets[i + 1]]``.
+    """
+    texts = len(offsets) - 1
+    out[:] = 0xFFFFFFFF
+    distinct[:] = 0
+    total = int(offsets[-1])
+    if total == 0 or texts == 0:
+        return
+    raw = data[:total]
+    word = raw != 32
+    before = np.zeros(total, dtype=bool)
+    before[1:] = word[:-1]
+    after = np.zeros(total, dtype=bool)
+    after[:-1] = word[1:]
+    bounds = offsets[(offsets > 0) & (offsets < total)]
+    before[bounds] = False  # a text's first byte starts a word, its last ends one
+    after[bounds - 1] = False
+    starts = np.flatnonzero(word & ~before)
+    if not len(starts):
+        return
+    ends = np.flatnonzero(word & ~after) + 1
+    hashes = _word_hashes(raw, starts, ends)
+    text_of = np.searchsorted(offsets, starts, side="right") - 1
+    counts = np.bincount(text_of, minlength=texts)
+    first_word = np.zeros(texts, dtype=np.int64)
+    np.cumsum(counts[:-1], out=first_word[1:])
+
+    # Shingles of ``size`` words that stay inside one text, then one shingle of every text with fewer words.
+    shingle_text = []
+    shingle_acc = []
+    words = len(hashes)
+    if words >= size:
+        span = words - size + 1
+        acc = np.zeros(span, dtype=np.uint64)
+        for j in range(size):
+            acc = acc * _U64(_COMBINE) + hashes[j : j + span]
+        inside = text_of[:span] == text_of[size - 1 :]
+        shingle_text.append(text_of[:span][inside])
+        shingle_acc.append(acc[inside])
+    short = np.flatnonzero((counts > 0) & (counts < size))
+    if len(short):
+        acc = np.zeros(len(short), dtype=np.uint64)
+        for j in range(size - 1):
+            going = counts[short] > j
+            position = np.minimum(first_word[short] + j, words - 1)
+            acc = np.where(going, acc * _U64(_COMBINE) + hashes[position], acc)
+        shingle_text.append(short)
+        shingle_acc.append(acc)
+    acc = _mix64_array(np.concatenate(shingle_acc))
+    folded = (acc ^ (acc >> _U64(32))) & _U64(0xFFFFFFFF)
+    keys = np.unique((np.concatenate(shingle_text).astype(np.uint64) << _U64(32)) | folded)
+    owner = (keys >> _U64(32)).astype(np.int64)
+    distinct[:] = np.bincount(owner, minlength=texts)
+
+    hv = keys & _U64(0xFFFFFFFF)  # MurmurHash3 fmix32, then the affine permutations mod 2**32
+    hv ^= hv >> _U64(16)
+    hv = (hv * _U64(0x85EBCA6B)) & _U64(0xFFFFFFFF)
+    hv ^= hv >> _U64(13)
+    hv = (hv * _U64(0xC2B2AE35)) & _U64(0xFFFFFFFF)
+    hv ^= hv >> _U64(16)
+    a64, b64 = a.astype(np.uint64)[None, :], b.astype(np.uint64)[None, :]
+    for block in range(0, len(hv), _BLOCK):
+        values = (a64 * hv[block : block + _BLOCK, None] + b64) & _U64(0xFFFFFFFF)
+        owners = owner[block : block + _BLOCK]
+        starts_of = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+        mins = np.minimum.reduceat(values, starts_of, axis=0).astype(np.uint32)
+        rows = owners[starts_of]
+        out[rows] = np.minimum(out[rows], mins)
 
 
 def estimate_jaccard(a: Signature, b: Signature) -> float:
@@ -166,7 +217,9 @@ class SignatureScheme:
         )
         out = np.empty((len(encoded), self.num_perm), dtype=np.uint32)
         distinct = np.zeros(len(encoded), dtype=np.int64)
-        _kernel(data, offsets, self.shingle_size, self._a, self._b, out, distinct)
+        compiled = for_batch(len(encoded))
+        kernel = compiled.signatures if compiled is not None else numpy_kernel
+        kernel(data, offsets, self.shingle_size, self._a, self._b, out, distinct)
         return out, distinct
 
     def to_bytes(self, signature: Signature) -> bytes:

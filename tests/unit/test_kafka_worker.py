@@ -316,6 +316,17 @@ def test_replay_applies_compacted_and_repaired_groups_and_holds_back_a_cut_one()
     assert replay.trailing_keys() == ["c"] and (replay.calls, replay.short) == (2, 1)
 
 
+def test_feeding_records_in_bulk_equals_feeding_them_one_by_one():
+    records = [Record(0, b"a", b"1"), Record(1, None, b"x"), Record(2, b"b", None, headers("c1", 2, 4))]
+    records += [Record(3, b"a", b"2"), Record(4, b"c", b"3", headers("c2", 2, 5)), Record(5, b"d", b"4")]
+    one, bulk = Replay(), Replay()
+    for record in records:
+        one.feed(record.offset, record.key, record.value, record.headers)
+    bulk.feed_records(records)
+    assert [vars(c) for c in bulk.take()] == [vars(c) for c in one.take()] != []
+    assert bulk.trailing_keys() == one.trailing_keys() == ["d"]
+
+
 def test_recover_replays_to_the_end_and_reports_what_it_did(tmp_path):
     logs = Logs()
     log = logs.of(CHANGELOG.topic, 1)

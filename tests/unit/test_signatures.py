@@ -1,12 +1,16 @@
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from datasketch import LeanMinHash, MinHash
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamdedup.core.compiled import load
 from streamdedup.core.normalize import normalize
 from streamdedup.core.shingles import jaccard, jaccard_of_sets, shingle_set, shingles
-from streamdedup.core.signatures import SignatureScheme, estimate_jaccard, shingle_hash32
+from streamdedup.core.signatures import SignatureScheme, estimate_jaccard, numpy_kernel, shingle_hash32
 
 SCHEME = SignatureScheme(num_perm=128, seed=1, shingle_size=5)
 WORDS = st.sampled_from("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi".split())
@@ -92,3 +96,70 @@ def test_band_keys_are_deterministic_and_per_band():
     keys = SCHEME.band_keys(signature, 21, 6)
     assert keys == SCHEME.band_keys(signature.copy(), 21, 6)
     assert len(set(keys)) == 21 and all(k.startswith(f"{i:03d}") for i, k in enumerate(keys))
+
+
+def _kernel_rows(kernel, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    encoded = [text.encode("utf-8") for text in texts]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    data = np.frombuffer(b"".join(encoded), dtype=np.uint8) if offsets[-1] else np.zeros(1, dtype=np.uint8)
+    out = np.zeros((len(encoded), SCHEME.num_perm), dtype=np.uint32)
+    distinct = np.full(len(encoded), -1, dtype=np.int64)
+    kernel(data, offsets, SCHEME.shingle_size, *SCHEME.permutations, out, distinct)
+    return out, distinct
+
+
+# Raw kernel input is any bytes: runs of spaces, leading and trailing ones, words longer than the NumPy kernel
+# hashes together (64 bytes), multi-byte characters.
+RAW_WORDS = st.one_of(WORDS, TEXT_WORDS, st.text(alphabet="xyé", min_size=60, max_size=140))
+
+
+@given(
+    st.lists(
+        st.lists(st.tuples(RAW_WORDS, st.sampled_from([" ", "  ", "   "])), max_size=14).map(
+            lambda pairs: "".join(w + gap for w, gap in pairs)
+        ),
+        max_size=6,
+    ),
+    st.booleans(),
+)
+def test_the_numpy_kernel_equals_the_compiled_one(texts, leading_space):
+    texts = [" " + t if leading_space else t for t in texts]
+    compiled_rows, compiled_distinct = _kernel_rows(load().signatures, texts)
+    numpy_rows, numpy_distinct = _kernel_rows(numpy_kernel, texts)
+    assert np.array_equal(compiled_rows, numpy_rows)
+    assert np.array_equal(compiled_distinct, numpy_distinct)
+
+
+def test_a_large_batch_loads_the_compiled_kernel_and_a_small_one_does_not():
+    code = (
+        "import sys\n"
+        "from streamdedup.core.signatures import SignatureScheme\n"
+        "scheme = SignatureScheme(128, 1, 5)\n"
+        "small, _ = scheme.signatures(['one two three four five six'] * 63)\n"
+        "print('numba' in sys.modules)\n"
+        "large, _ = scheme.signatures(['one two three four five six'] * 64)\n"
+        "print('numba' in sys.modules, bool((large[:63] == small).all()))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert result.stdout.split() == ["False", "True", "True"]
+
+
+def test_many_small_batches_load_the_compiled_kernel_in_the_end():
+    code = (
+        "import sys\n"
+        "from streamdedup.core.compiled import LOAD_AFTER, loaded\n"
+        "from streamdedup.core.signatures import SignatureScheme\n"
+        "scheme = SignatureScheme(128, 1, 5)\n"
+        "for i in range(LOAD_AFTER // 10 - 1):\n"
+        "    scheme.signatures([f'text {i} {j} has a few words' for j in range(10)])\n"
+        "print(loaded() is None, 'numba' in sys.modules)\n"
+        "scheme.signatures(['the batch that adds up'] * 10)\n"
+        "print(loaded() is None, 'numba' in sys.modules)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert result.stdout.split() == ["True", "False", "False", "True"]

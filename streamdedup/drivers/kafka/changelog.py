@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["AppliedCall", "Replay", "headers", "read_headers"]
 
@@ -90,6 +91,19 @@ class Replay:
             self.short += 1
         self._ready.append(AppliedCall(applied, offset, writes))
         self._writes = {}
+
+    def feed_records(self, records: Iterable[Any]) -> None:
+        """Take the next records of the log (objects with ``offset``, ``key``, ``value`` and ``headers``), as
+        :meth:`feed` does one at a time: a record without headers, the usual one, is a write and nothing more."""
+        feed = self.feed
+        for record in records:
+            key = record.key
+            if key is None:
+                continue
+            if record.headers:
+                feed(record.offset, key, record.value, record.headers)
+            else:
+                self._writes[key] = record.value
 
     def take(self) -> list[AppliedCall]:
         """Return the groups that are ready to apply, in order, and forget them."""

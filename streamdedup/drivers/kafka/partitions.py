@@ -242,12 +242,11 @@ async def recover(
             )
         fetched = await consumer.getmany(*remaining, timeout_ms=500, max_records=_REPLAY_COMMIT_RECORDS)
         for tp, fetched_records in fetched.items():
-            feed, end = replays[tp].feed, ends[tp]
+            end = ends[tp]
             records = fetched_records
             if records[-1].offset >= end:  # past the end recovery set out to reach
                 records = [r for r in records if r.offset < end]
-            for record in records:
-                feed(record.offset, record.key, record.value, record.headers)
+            replays[tp].feed_records(records)
             reports[tp].records += stores[tp].apply_calls(replays[tp].take())
         for tp in list(remaining):
             if await consumer.position(tp) >= ends[tp]:

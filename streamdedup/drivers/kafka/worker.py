@@ -236,7 +236,8 @@ class StageWorker(mode.Service):
                 for (stage, partition), store in self.stores.partitions.items()
             }
             assert self._restore is not None
-            reports = await recover(self._restore, by_changelog)
+            with collector_paused():  # replay makes an object per record, none in a cycle
+                reports = await recover(self._restore, by_changelog)
             for tp, report in reports.items():
                 if report.trailing:
                     await self._repair(by_changelog[tp], list(report.trailing))
