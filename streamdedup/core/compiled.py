@@ -13,12 +13,12 @@ True
 
 from __future__ import annotations
 
-import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LOAD_AFTER", "LOAD_AT", "Kernels", "for_batch", "load", "loaded"]
+__all__ = ["LOAD_AFTER", "LOAD_AT", "Kernels", "for_batch", "load", "loaded", "warm_up"]
 
 #: Texts in one signature batch from which the compiled kernels are loaded (below it, NumPy computes them).
 LOAD_AT = 64
@@ -57,11 +57,33 @@ def for_batch(texts: int) -> Kernels | None:
     return None
 
 
-@functools.cache
+_loading = threading.Lock()
+
+
 def load() -> Kernels:
     """Import numba and the kernels, compiled on first use (from numba's on-disk cache after the first time)."""
-    from streamdedup.core import kernels  # noqa: PLC0415 - importing numba takes a while; only large work pays
+    with _loading:
+        if not _loaded:
+            from streamdedup.core import kernels  # noqa: PLC0415 - importing numba takes a while; see the module
 
-    loaded_kernels = Kernels(signatures=kernels.signatures, positive_murmur2=kernels.positive_murmur2)
-    _loaded.append(loaded_kernels)
-    return loaded_kernels
+            _loaded.append(Kernels(signatures=kernels.signatures, positive_murmur2=kernels.positive_murmur2))
+    return _loaded[0]
+
+
+def warm_up() -> None:
+    """Load the kernels and run each once, so that their compiled code is loaded too (a worker does it in a
+    thread when it is idle, so that the first large batch does not wait for it)."""
+    import numpy as np  # noqa: PLC0415 - the kernels need it anyway
+
+    kernels = load()
+    a = b = np.ones(1, dtype=np.uint32)
+    kernels.signatures(
+        np.frombuffer(b"a b", dtype=np.uint8),
+        np.array([0, 3]),
+        5,
+        a,
+        b,
+        np.empty((1, 1), np.uint32),
+        np.empty(1, np.int64),
+    )
+    kernels.positive_murmur2(b"")

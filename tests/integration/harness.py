@@ -108,6 +108,14 @@ class Worker:
         self._output.close()
         return code
 
+    def wait_for_log(self, text: str, timeout: float = 180.0) -> None:
+        """Wait until the worker's log holds ``text``."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log.read_bytes().decode("utf-8", "replace"):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the worker did not log {text!r} within {timeout} s:\n{self.tail()}")
+            time.sleep(0.2)
+
     def tail(self, lines: int = 40) -> str:
         """Return the end of the worker's log, for failure messages."""
         data = self.log.read_bytes().decode("utf-8", "replace").splitlines()

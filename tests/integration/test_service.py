@@ -40,7 +40,7 @@ def assert_view_is_the_reference(deployment: Deployment, engine) -> None:
 
 
 def test_example_view_equals_the_embedded_run(deployment, engine):
-    deployment.start_worker()
+    worker = deployment.start_worker()
     events = example_events()
     deployment.produce(events)
     deployment.wait_until_idle()
@@ -48,6 +48,8 @@ def test_example_view_equals_the_embedded_run(deployment, engine):
     embedded = run_embedded(engine, events)
     assert view.compacted(with_revision=False) == embedded.compacted(with_revision=False)
     assert len(view.chunks) == 12
+    # The example's small batches went through the NumPy kernel; once idle, the worker loads the compiled ones.
+    worker.wait_for_log("compiled kernels loaded in")
 
 
 def test_deletion_propagates_and_replays_change_nothing(deployment, engine):

@@ -163,3 +163,18 @@ def test_many_small_batches_load_the_compiled_kernel_in_the_end():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
     assert result.stdout.split() == ["True", "False", "False", "True"]
+
+
+def test_warming_up_loads_both_compiled_kernels():
+    code = (
+        "import sys\n"
+        "from streamdedup.core.compiled import loaded, warm_up\n"
+        "print(loaded() is None, 'numba' in sys.modules)\n"
+        "warm_up()\n"
+        "kernels = loaded()\n"
+        "print(kernels is not None, 'numba' in sys.modules, len(kernels.signatures.signatures))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert result.stdout.split() == ["True", "False", "True", "True", "1"]
