@@ -131,6 +131,14 @@ def test_the_numpy_kernel_equals_the_compiled_one(texts, leading_space):
     assert np.array_equal(compiled_distinct, numpy_distinct)
 
 
+def _fresh_interpreter(code: str) -> list[str]:
+    """Run ``code`` in a new interpreter (nothing loaded yet) and return the words it printed."""
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    return result.stdout.split()
+
+
 def test_a_large_batch_loads_the_compiled_kernel_and_a_small_one_does_not():
     code = (
         "import sys\n"
@@ -141,10 +149,7 @@ def test_a_large_batch_loads_the_compiled_kernel_and_a_small_one_does_not():
         "large, _ = scheme.signatures(['one two three four five six'] * 64)\n"
         "print('numba' in sys.modules, bool((large[:63] == small).all()))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
-    )
-    assert result.stdout.split() == ["False", "True", "True"]
+    assert _fresh_interpreter(code) == ["False", "True", "True"]
 
 
 def test_many_small_batches_load_the_compiled_kernel_in_the_end():
@@ -159,10 +164,7 @@ def test_many_small_batches_load_the_compiled_kernel_in_the_end():
         "scheme.signatures(['the batch that adds up'] * 10)\n"
         "print(loaded() is None, 'numba' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
-    )
-    assert result.stdout.split() == ["True", "False", "False", "True"]
+    assert _fresh_interpreter(code) == ["True", "False", "False", "True"]
 
 
 def test_warming_up_loads_both_compiled_kernels():
@@ -174,7 +176,4 @@ def test_warming_up_loads_both_compiled_kernels():
         "kernels = loaded()\n"
         "print(kernels is not None, 'numba' in sys.modules, len(kernels.signatures.signatures))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
-    )
-    assert result.stdout.split() == ["True", "False", "True", "True", "1"]
+    assert _fresh_interpreter(code) == ["True", "False", "True", "True", "1"]
