@@ -61,29 +61,24 @@ _loading = threading.Lock()
 
 
 def load() -> Kernels:
-    """Import numba and the kernels, compiled on first use (from numba's on-disk cache after the first time)."""
+    """Import numba and the kernels and run each once, so that their compiled code is loaded too (from numba's
+    on-disk cache after the first time); only then are they used, so that a thread loading them holds up nobody
+    else (numba compiles under a lock of its own)."""
     with _loading:
         if not _loaded:
+            import numpy as np  # noqa: PLC0415 - the kernels need it anyway
+
             from streamdedup.core import kernels  # noqa: PLC0415 - importing numba takes a while; see the module
 
+            a = b = np.ones(1, dtype=np.uint32)  # the argument types of SignatureScheme.signatures's calls
+            data, offsets = np.frombuffer(b"a b", dtype=np.uint8), np.array([0, 3], dtype=np.int64)
+            kernels.signatures(data, offsets, 5, a, b, np.empty((1, 1), np.uint32), np.empty(1, np.int64))
+            kernels.positive_murmur2(b"")
             _loaded.append(Kernels(signatures=kernels.signatures, positive_murmur2=kernels.positive_murmur2))
     return _loaded[0]
 
 
 def warm_up() -> None:
-    """Load the kernels and run each once, so that their compiled code is loaded too (a worker does it in a
-    thread when it is idle, so that the first large batch does not wait for it)."""
-    import numpy as np  # noqa: PLC0415 - the kernels need it anyway
-
-    kernels = load()
-    a = b = np.ones(1, dtype=np.uint32)
-    kernels.signatures(
-        np.frombuffer(b"a b", dtype=np.uint8),
-        np.array([0, 3]),
-        5,
-        a,
-        b,
-        np.empty((1, 1), np.uint32),
-        np.empty(1, np.int64),
-    )
-    kernels.positive_murmur2(b"")
+    """Load the kernels (a worker does it in a thread when it is idle, so that the first large batch does not
+    wait for them)."""
+    load()

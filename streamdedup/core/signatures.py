@@ -212,9 +212,8 @@ class SignatureScheme:
         encoded = [text.encode("utf-8") for text in normalized]
         offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum([len(e) for e in encoded], out=offsets[1:])
-        data = (
-            np.frombuffer(b"".join(encoded), dtype=np.uint8) if offsets[-1] else np.zeros(1, dtype=np.uint8)
-        )
+        # Read-only either way (frombuffer), so that the compiled kernel has one variant to load.
+        data = np.frombuffer(b"".join(encoded) if offsets[-1] else b"\0", dtype=np.uint8)
         out = np.empty((len(encoded), self.num_perm), dtype=np.uint32)
         distinct = np.zeros(len(encoded), dtype=np.int64)
         compiled = for_batch(len(encoded))

@@ -161,6 +161,8 @@ class StageWorker(mode.Service):
 
     async def on_stop(self) -> None:
         """Commit what was applied, close the stores and leave the group."""
+        if self._warming is not None:  # a thread cannot be stopped: let it end (it touches no state)
+            await asyncio.wait([self._warming], timeout=60)
         async with self._lock:
             if self._consumer is not None:
                 try:
