@@ -11,9 +11,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer
 
@@ -33,6 +33,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+T = TypeVar("T")
+
+
+def until(
+    condition: Callable[[], T], what: str, seconds: float = 120.0, details: Callable[[], str] = str
+) -> T:
+    """Return ``condition()`` once it is truthy, polling; fail saying ``what`` (and ``details()``) after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(f"{what} within {seconds} s\n{details()}")
 
 
 class Worker:
@@ -110,11 +126,12 @@ class Worker:
 
     def wait_for_log(self, text: str, timeout: float = 180.0) -> None:
         """Wait until the worker's log holds ``text``."""
-        deadline = time.monotonic() + timeout
-        while text not in self.log.read_bytes().decode("utf-8", "replace"):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the worker did not log {text!r} within {timeout} s:\n{self.tail()}")
-            time.sleep(0.2)
+        until(
+            lambda: text in self.log.read_bytes().decode("utf-8", "replace"),
+            f"the worker did not log {text!r}",
+            timeout,
+            self.tail,
+        )
 
     def tail(self, lines: int = 40) -> str:
         """Return the end of the worker's log, for failure messages."""

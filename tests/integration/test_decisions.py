@@ -8,7 +8,6 @@ import queue
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 
@@ -19,6 +18,7 @@ from streamdedup.core.model import DecisionEvent
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, decisions_in_force, live_sources
 from tests.helpers import stop
+from tests.integration.harness import until
 from tests.integration.test_commands import cli
 from tests.integration.test_service import example_events
 
@@ -30,13 +30,23 @@ def review_values(deployment) -> dict[str, dict | None]:
     return {key: json.loads(v) if v is not None else None for key, v in deployment.records("review")}
 
 
-def test_a_decision_sent_to_the_topic_changes_a_running_workers_view(deployment, engine):
+def open_flag(flags: dict[str, dict | None], predicate) -> str:
+    """The key of the open flag that ``predicate`` picks out."""
+    return next(k for k, v in flags.items() if v is not None and predicate(v))
+
+
+def example_flags(deployment) -> dict[str, dict | None]:
+    """Run the bundled example through a worker; return the review topic's flags."""
     deployment.start_worker()
     deployment.produce(example_events())
     deployment.wait_until_idle()
-    flags = review_values(deployment)
-    refund = next(k for k, v in flags.items() if v is not None and "refund" in json.dumps(v))
-    float_pair = next(k for k, v in flags.items() if v is not None and "float16" in json.dumps(v))
+    return review_values(deployment)
+
+
+def test_a_decision_sent_to_the_topic_changes_a_running_workers_view(deployment, engine):
+    flags = example_flags(deployment)
+    refund = open_flag(flags, lambda flag: "refund" in json.dumps(flag))
+    float_pair = open_flag(flags, lambda flag: "float16" in json.dumps(flag))
     mapped = deployment.view().mappings["zendesk:macros/refund-reply"]["chunks"][0]
     assert mapped["relation"] == "canonical"
 
@@ -86,23 +96,10 @@ def _sections(page: str) -> tuple[str, str]:
     return opened.split('<section id="decided">', 1)[0], opened.split('<section id="decided">', 1)[1]
 
 
-def _until(condition, what: str, seconds: float = 120.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what} within {seconds} s")
-
-
 def test_the_console_on_a_deployments_topics_sends_decisions_to_the_worker(deployment, tmp_path):
-    deployment.start_worker()
-    deployment.produce(example_events())
-    deployment.wait_until_idle()
-    flags = review_values(deployment)
-    key = next(k for k, v in flags.items() if v is not None and "float16" in json.dumps(v))
-    acl_key = next(k for k, v in flags.items() if v is not None and v["reason"] == "acl_boundary")
+    flags = example_flags(deployment)
+    key = open_flag(flags, lambda flag: "float16" in json.dumps(flag))
+    acl_key = open_flag(flags, lambda flag: flag["reason"] == "acl_boundary")
 
     env = {**os.environ, **deployment.env}
     command = [sys.executable, "-m", "streamdedup.cli", "review", "--broker", deployment.settings.broker]
@@ -124,9 +121,9 @@ def test_the_console_on_a_deployments_topics_sends_decisions_to_the_worker(deplo
                 assert process.poll() is None, (tmp_path / "console.log").read_text()
                 return None
 
-            url = _until(served, "the console printed no URL")
+            url = until(served, "the console printed no URL")
             # It reads the output topics from their start: the float pair appears among the open flags.
-            _until(lambda: key in _sections(_get(url + "queue"))[0], "the float pair was not shown open")
+            until(lambda: key in _sections(_get(url + "queue"))[0], "the float pair was not shown open")
 
             status, answer = _post(
                 url + "api/decision", {"decision": "keep_separate", "pair": key.split(":")}
@@ -142,7 +139,7 @@ def test_the_console_on_a_deployments_topics_sends_decisions_to_the_worker(deplo
                 ("keep_separate", "ana")
             ]
             # And the console, following the topics, lists the pair as decided.
-            _until(lambda: key in _sections(_get(url + "queue"))[1], "the pair was not shown decided")
+            until(lambda: key in _sections(_get(url + "queue"))[1], "the pair was not shown decided")
             assert key not in _sections(_get(url + "queue"))[0]
         finally:
             stop(process)
