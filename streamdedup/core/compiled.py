@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LOAD_AFTER", "LOAD_AT", "Kernels", "for_batch", "load", "loaded", "warm_up"]
+__all__ = ["LOAD_AFTER", "LOAD_AT", "Kernels", "for_batch", "load", "loaded"]
 
 #: Texts in one signature batch from which the compiled kernels are loaded (below it, NumPy computes them).
 LOAD_AT = 64
@@ -63,7 +63,8 @@ _loading = threading.Lock()
 def load() -> Kernels:
     """Import numba and the kernels and run each once, so that their compiled code is loaded too (from numba's
     on-disk cache after the first time); only then are they used, so that a thread loading them holds up nobody
-    else (numba compiles under a lock of its own)."""
+    else (numba compiles under a lock of its own). A worker calls it in a thread when it is idle, so that its
+    first large batch does not wait for it."""
     with _loading:
         if not _loaded:
             import numpy as np  # noqa: PLC0415 - the kernels need it anyway
@@ -76,9 +77,3 @@ def load() -> Kernels:
             kernels.positive_murmur2(b"")
             _loaded.append(Kernels(signatures=kernels.signatures, positive_murmur2=kernels.positive_murmur2))
     return _loaded[0]
-
-
-def warm_up() -> None:
-    """Load the kernels (a worker does it in a thread when it is idle, so that the first large batch does not
-    wait for them)."""
-    load()

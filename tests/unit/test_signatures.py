@@ -172,10 +172,10 @@ def test_the_kernels_are_used_only_once_compiled_so_a_thread_loading_them_holds_
     # that numba has yet to compile (it would wait for numba's compiler lock).
     code = (
         "import sys, threading\n"
-        "from streamdedup.core.compiled import loaded, warm_up\n"
+        "from streamdedup.core.compiled import load, loaded\n"
         "from streamdedup.core.partitioning import partition_for\n"
         "print(loaded() is None, 'numba' in sys.modules)\n"
-        "thread = threading.Thread(target=warm_up)\n"
+        "thread = threading.Thread(target=load)\n"
         "thread.start()\n"
         "seen = set()\n"
         "while thread.is_alive() or not seen:\n"

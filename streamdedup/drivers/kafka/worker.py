@@ -181,7 +181,7 @@ class StageWorker(mode.Service):
             return
         started = time.monotonic()
         try:
-            await asyncio.to_thread(compiled.warm_up)
+            await asyncio.to_thread(compiled.load)
         except Exception as exc:  # the first large batch tries again, and fails loudly if it must
             logger.warning("could not load the compiled kernels ahead of time: %r", exc)
         else:
