@@ -19,6 +19,7 @@ __all__ = [
     "BROADCAST",
     "CONTENT_ID_CHARS",
     "STAGES",
+    "STAGE_OF",
     "BandAck",
     "BandJoin",
     "BandLeave",
@@ -288,6 +289,15 @@ _ROUTES: dict[type, tuple[str, str]] = {
     VerifyRequest: ("content", "content_hash"),
     VerifyResult: ("content", "content_hash"),
     NeighborUpdate: ("content", "content_hash"),
+}
+
+
+#: The stage that handles each kind of message (what :func:`route` says, without the key).
+STAGE_OF: dict[type, str] = {
+    **{kind: stage for kind, (stage, _) in _ROUTES.items()},
+    BoilerplateUpdate: "source",
+    BandJoin: "band",
+    BandLeave: "band",
 }
 
 

@@ -44,8 +44,20 @@ def _fold(text: str) -> str:
     return folded
 
 
+# The ASCII characters of Unicode's punctuation categories (P*): what \p{P} matches in ASCII text.
+_ASCII_PUNCTUATION = "".join(c for c in map(chr, range(128)) if unicodedata.category(c).startswith("P"))
+
+
 def words(text: str) -> list[str]:
     """Return the normalized words of ``text``: folded, edge punctuation removed, split on whitespace."""
+    if text.isascii():
+        # Most text is ASCII: folding is lower(), and stripping each word's edges is what the pattern does.
+        return [word for raw in text.lower().split() if (word := raw.strip(_ASCII_PUNCTUATION))]
+    return _words_by_pattern(text)
+
+
+def _words_by_pattern(text: str) -> list[str]:
+    """:func:`words` for any text: Unicode folding, and the edge-punctuation pattern."""
     spaced = " ".join(_fold(text).split())  # str.split's notion of whitespace, wider than the regex's \s
     stripped: str = _EDGE_PUNCTUATION.sub("", spaced)
     return stripped.split()

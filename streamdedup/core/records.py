@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
 from streamdedup.core.messages import MemberReport, SourceRef
 from streamdedup.core.model import DecisionEvent, SourceAttrs, format_timestamp
 from streamdedup.core.policy import CanonicalPolicy
-from streamdedup.core.state import MappingEntry
+from streamdedup.core.state import MappingEntry, TopRef
 
 __all__ = [
     "CHUNK_SCHEMA",
@@ -35,20 +36,33 @@ JACCARD_DIGITS = 6
 
 def source_entry(source_id: str, position: int, content_hash: str, attrs: SourceAttrs) -> dict[str, Any]:
     """Return one element of a chunk's ``sources`` list."""
+    try:
+        acl, modified_at, rest = _attrs_fields(attrs)
+    except TypeError:  # metadata holds a list or a dict: the attributes cannot be remembered
+        acl, modified_at, rest = _attrs_fields.__wrapped__(attrs)
     entry: dict[str, Any] = {
         "source_id": source_id,
         "position": position,
         "content_hash": content_hash,
-        "acl": sorted(attrs.acl),
-        "modified_at": format_timestamp(attrs.modified_at),
+        "acl": list(acl),
+        "modified_at": modified_at,
         "authority": attrs.authority,
         "uri": attrs.uri,
     }
-    if attrs.title is not None:
-        entry["title"] = attrs.title
-    if attrs.metadata is not None:
-        entry["metadata"] = attrs.metadata
+    if rest:
+        entry.update(rest)
     return entry
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _attrs_fields(attrs: SourceAttrs) -> tuple[tuple[str, ...], str, tuple[tuple[str, Any], ...]]:
+    """The parts of a source entry its attributes decide, computed once for every copy of the source."""
+    rest: list[tuple[str, Any]] = []
+    if attrs.title is not None:
+        rest.append(("title", attrs.title))
+    if attrs.metadata is not None:
+        rest.append(("metadata", attrs.metadata))
+    return tuple(sorted(attrs.acl)), format_timestamp(attrs.modified_at), tuple(rest)
 
 
 def chunk_value(
@@ -57,7 +71,7 @@ def chunk_value(
     text: str,
     canonical: tuple[str, int],
     readers: tuple[str, ...],
-    own_refs: Iterable[SourceRef],
+    own_refs: Iterable[SourceRef | TopRef],
     own_count: int,
     members: dict[str, MemberReport],
     policy: CanonicalPolicy,
@@ -65,7 +79,7 @@ def chunk_value(
 ) -> dict[str, Any]:
     """Return a ``canonical-chunks`` value (v2), without its ``revision``; the chunk_id is the canonical's hash.
 
-    ``own_refs`` and each member's ``refs`` must hold at least their first ``max_sources`` positions in the
+    ``own_refs`` and each member's ``refs`` must hold at least their first ``max_sources`` positions, sorted in the
     policy's order (more are fine): the record lists the first ``max_sources`` of all of them, and the counts.
     """
     ordered = sorted(members, key=lambda h: (_member_order(policy, members[h]), h))
@@ -77,8 +91,9 @@ def chunk_value(
         for h in ordered[: max_sources - 1]
     )
     candidates = [(r, content_hash) for r in own_refs]
-    candidates.extend((r, h) for h in ordered for r in members[h].refs)
-    candidates.sort(key=lambda c: policy.ref_order(c[0].source_id, c[0].position, c[0].attrs))
+    if members:
+        candidates.extend((r, h) for h in ordered for r in members[h].refs)
+        candidates.sort(key=lambda c: policy.ref_order(c[0].source_id, c[0].position, c[0].attrs))
     sources = [source_entry(r.source_id, r.position, h, r.attrs) for r, h in candidates[:max_sources]]
     return {
         "schema": CHUNK_SCHEMA,

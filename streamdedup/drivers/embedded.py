@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
-from streamdedup.core.messages import STAGES, Message, Output, route
+from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output
 from streamdedup.core.model import InputEvent
 from streamdedup.drivers.collector import collector_paused
 from streamdedup.errors import StateError
@@ -224,5 +224,5 @@ def run_to_quiescence(engine: Engine, txn: Transaction, events: Sequence[Message
                 if isinstance(item, Output):
                     outputs.append(item)
                 else:
-                    queues[route(item)[0]].append(item)
+                    queues[STAGE_OF[type(item)]].append(item)
     return outputs

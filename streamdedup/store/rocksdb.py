@@ -182,11 +182,16 @@ class RocksDBStore:
         """Write every change and metadata value in one ``WriteBatch``."""
         self._family(_META)
         batch = rocksdict.WriteBatch(raw_mode=True)
+        put, delete, handles = batch.put, batch.delete, self._handles
         for (stage, partition, key), value in changes.items():
+            # _address, inlined: a commit writes every record a batch changed.
+            address = (
+                _PREFIXES[partition] if partition < 256 else partition.to_bytes(2, "big")
+            ) + key.encode()
             if value is None:
-                batch.delete(_address(partition, key), self._handles[stage])
+                delete(address, handles[stage])
             else:
-                batch.put(_address(partition, key), value, self._handles[stage])
+                put(address, value, handles[stage])
         for key, value in meta.items():
             batch.put(key.encode("utf-8"), value, self._handles[_META])
         self._db.write(batch)

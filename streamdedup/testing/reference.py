@@ -286,7 +286,10 @@ class Reference:
                 text=text,
                 canonical=(source_id, position),
                 readers=content.readers,
-                own_refs=[SourceRef(s, p, a) for s, p, a, _ in content.refs],
+                own_refs=sorted(
+                    (SourceRef(s, p, a) for s, p, a, _ in content.refs),
+                    key=lambda r: self.engine.policy.ref_order(r.source_id, r.position, r.attrs),
+                ),
                 own_count=len(content.refs),
                 members=members.get(content_hash, {}),
                 policy=self.engine.policy,

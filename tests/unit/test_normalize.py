@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.core.normalize import content_hash, normalize, words
+from streamdedup.core.normalize import _words_by_pattern, content_hash, normalize, words
 
 
 def test_collapses_whitespace_case_and_edge_punctuation():
@@ -75,3 +75,14 @@ def test_hash_is_sha256_hex_of_the_normalized_text(text):
     digest = content_hash(text)
     assert len(digest) == 64 and int(digest, 16) >= 0
     assert content_hash(normalize(text)) == digest
+
+
+_ASCII = st.text(
+    alphabet=st.sampled_from([chr(c) for c in range(128)] + [" ", " ", "-", ".", "'", "a", "b"]), max_size=60
+)
+
+
+@given(_ASCII)
+def test_the_ascii_path_splits_words_as_the_unicode_pattern_does(text):
+    assert words(text) == _words_by_pattern(text)
+    assert words(text + "\u00e9") == _words_by_pattern(text + "\u00e9")

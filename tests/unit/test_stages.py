@@ -1,10 +1,17 @@
 """Stage handlers driven directly: a batch and partition-local state in, keyed messages out."""
 
+import typing
+
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import (
+    _ROUTES,
+    STAGE_OF,
+    STAGES,
     BandAck,
     BandJoin,
     BandLeave,
+    BoilerplateUpdate,
+    Message,
     Output,
     RefUpdate,
     VerifyRequest,
@@ -131,3 +138,16 @@ def test_a_new_text_verifies_the_candidates_sharing_the_most_bands_once_every_ba
     out = _handle(engine, "content", [second, second], txn)  # a duplicate answer counts once
     # Shared bands: H2 4, H3 3, H1 3, H9 3; the first two by bands shared, then by content id.
     assert sorted(m.content_hash for m in out if isinstance(m, VerifyRequest)) == [I1, I2]
+
+
+def test_every_message_kind_has_the_stage_route_names():
+    """The embedded driver queues a message by its kind alone: that stage must be the one ``route`` names."""
+    kinds = typing.get_args(Message)
+    assert set(STAGE_OF) == set(kinds)
+    for kind in kinds:
+        assert STAGE_OF[kind] in STAGES
+        routed = _ROUTES.get(kind)
+        if routed is not None:
+            assert STAGE_OF[kind] == routed[0]
+    assert STAGE_OF[BandJoin] == STAGE_OF[BandLeave] == "band"
+    assert STAGE_OF[BoilerplateUpdate] == "source"

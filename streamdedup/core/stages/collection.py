@@ -92,10 +92,11 @@ class CollectionStage:
             collections.mark(collection_key(message.collection))
             changed = touched.setdefault(message.collection, set())
             for hashed, text in message.added:
-                line = lines.get_or_new(line_key(message.collection, hashed))
+                key = line_key(message.collection, hashed)
+                line = lines.get_or_new(key)
                 line.count += 1
                 line.text = text
-                lines.mark(line_key(message.collection, hashed))
+                lines.mark(key)
                 changed.add(hashed)
             for hashed in message.removed:
                 key = line_key(message.collection, hashed)

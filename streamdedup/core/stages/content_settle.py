@@ -36,7 +36,8 @@ from streamdedup.core.state import ChunkStatus, RefEntry, TopRef, ref_key
 
 __all__ = ["Settlement"]
 
-_json = msgspec.json.Encoder(order="deterministic")
+# A chunk value is built in one fixed order, so its encoding is deterministic without sorting keys.
+_digest_encoder = msgspec.msgpack.Encoder()
 
 
 class Settlement:
@@ -271,13 +272,13 @@ class Settlement:
             text=first.text or record.text,
             canonical=record.canonical_ref,
             readers=readers,
-            own_refs=source_refs(record.top),
+            own_refs=record.top,
             own_count=record.positions,
             members=record.members,
             policy=self._policy,
             max_sources=self._params.max_chunk_sources,
         )
-        digest = hashlib.blake2b(_json.encode(value), digest_size=16).hexdigest()
+        digest = hashlib.blake2b(_digest_encoder.encode(value), digest_size=16).hexdigest()
         if digest == record.record_digest:
             return
         record.record_digest = digest
