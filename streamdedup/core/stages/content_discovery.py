@@ -126,8 +126,8 @@ class Discovery:
             # answer "no edge" stamped with its new life's state would break a pair a decision merged).
             work.asked_while_dead.append(message)
             return
-        mine, my_facts = self._features.of(record.norm)
-        theirs, their_facts = self._features.of(message.norm)
+        features = self._features
+        mine, theirs = features.shingles(record.norm), features.shingles(message.norm)
         similarity = jaccard_of_sets(mine, theirs)
         long_enough = min(len(mine), len(theirs)) >= self._params.min_shingles
         above = long_enough and similarity >= self._params.threshold
@@ -135,7 +135,7 @@ class Discovery:
         if decision is not None and decision.kind != "reopen":
             edge = decision.kind == "merge"
         else:
-            if above and my_facts != their_facts:
+            if above and features.facts(record.norm) != (their_facts := features.facts(message.norm)):
                 conflict = Conflict(
                     message.sender, similarity, message.info.rank or _NO_RANK, message.text, their_facts
                 )

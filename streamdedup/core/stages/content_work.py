@@ -66,26 +66,32 @@ class Work:
 
 
 class Features:
-    """Shingle sets and fact tokens of the texts one batch meets, each computed once.
+    """Shingle sets and fact tokens of the texts one batch meets, each computed once, and only when needed.
 
-    A new text asks many others to verify it, and they may share a partition: its shingles are computed once.
+    A new text asks many others to verify it, and they may share a partition: its shingles are computed once. Fact
+    tokens matter only for a pair above the threshold, which most candidates are not.
     """
 
     def __init__(self, shingle_size: int) -> None:
         self._size = shingle_size
-        self._found: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {}
+        self._shingles: dict[str, frozenset[str]] = {}
+        self._facts: dict[str, tuple[str, ...]] = {}
 
-    def of(self, norm: str) -> tuple[frozenset[str], tuple[str, ...]]:
-        """Return the shingle set and the fact tokens of a normalized text."""
-        found = self._found.get(norm)
+    def shingles(self, norm: str) -> frozenset[str]:
+        """Return the shingle set of a normalized text."""
+        found = self._shingles.get(norm)
         if found is None:
-            found = self._found[norm] = (shingle_set(norm, self._size), tuple(fact_tokens(norm)))
+            found = self._shingles[norm] = shingle_set(norm, self._size)
         return found
 
     def facts(self, norm: str) -> tuple[str, ...]:
         """Return the fact tokens of a normalized text."""
-        return self.of(norm)[1]
+        found = self._facts.get(norm)
+        if found is None:
+            found = self._facts[norm] = tuple(fact_tokens(norm))
+        return found
 
     def clear(self) -> None:
         """Forget the batch's texts."""
-        self._found.clear()
+        self._shingles.clear()
+        self._facts.clear()
