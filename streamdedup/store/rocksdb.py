@@ -59,7 +59,14 @@ def _options(cache: rocksdict.Cache | None = None, write_buffer: int | None = No
     # Most lookups are for keys that do not exist yet (a new content's LSH buckets, a new content hash): a Bloom
     # filter answers those without reading any data block, however large the state grows.
     table.set_bloom_filter(10, False)
+    # Index and filters live in the block cache, so memory stays bounded as the state grows, and are partitioned
+    # into blocks of a few KiB under a small pinned top level. With one whole filter and index per file, a state
+    # larger than the cache kept evicting them and reading them back (each about a megabyte per file) for every
+    # few lookups: the band stage, nearly all lookups of absent keys, ran three times slower.
+    table.set_index_type(rocksdict.BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
     table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_top_level_index_and_filter(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     if cache is not None:
         table.set_block_cache(cache)
