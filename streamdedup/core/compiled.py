@@ -1,10 +1,11 @@
 """The engine's compiled kernels (numba), loaded when the work is large enough to pay for loading them.
 
-Importing numba and loading compiled code from its cache takes the better part of a second, longer than a
-restarted worker needs for its first events. Until a signature batch of :data:`LOAD_AT` texts arrives, or the
-batches so far add up to :data:`LOAD_AFTER` texts, the engine computes with the NumPy kernel and the pure-Python
-partitioner, which give the same results; from then on, with these (a long run loads them with its first batch,
-a worker that sees a trickle of events after a while). ``load()`` loads them at once.
+Importing numba and loading compiled code from its cache takes about a second, longer than a restarted worker
+needs for its first events and than a short run spends on signatures. Until then the engine computes with the
+NumPy kernel and the pure-Python partitioner, which give the same results, and it loads the compiled kernels once
+the NumPy kernel has taken :data:`LOAD_BUDGET_SECONDS` in all, or a batch is large enough to take that alone: no
+run spends much more than the loading itself on waiting for it, and a run too short to recover it never loads it.
+A worker also loads them while it is idle. ``load()`` loads them at once.
 
 >>> from streamdedup.core.partitioning import murmur2
 >>> int(load().positive_murmur2(b"21")) == murmur2(b"21") & 0x7FFFFFFF
@@ -18,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LOAD_AFTER", "LOAD_AT", "Kernels", "for_batch", "load", "loaded"]
+__all__ = ["LOAD_BUDGET_SECONDS", "Kernels", "computed_without", "for_batch", "load", "loaded"]
 
-#: Texts in one signature batch from which the compiled kernels are loaded (below it, NumPy computes them).
-LOAD_AT = 64
-#: Texts computed by the NumPy kernel after which the compiled kernels are loaded whatever the batch (NumPy takes
-#: about 0.2 ms per text, fifteen times the compiled kernel: by then it has spent about what loading costs).
-LOAD_AFTER = 2_000
+#: Seconds of NumPy kernel time after which the compiled kernels are loaded (about what loading them costs).
+LOAD_BUDGET_SECONDS = 0.75
+#: Seconds the NumPy kernel takes per text at the least (about 30 microseconds for texts of up to a few hundred
+#: bytes, more for longer ones): a batch whose texts would take the budget alone loads the compiled kernels first.
+_NUMPY_SECONDS_PER_TEXT = 20e-6
 
 
 @dataclass(frozen=True)
@@ -43,18 +44,22 @@ def loaded() -> Kernels | None:
     return _loaded[0] if _loaded else None
 
 
-_uncompiled = [0]  # texts computed without the compiled kernels so far
+_spent = [0.0]  # seconds the NumPy kernel has taken so far
 
 
 def for_batch(texts: int) -> Kernels | None:
     """Return the compiled kernels for a batch of ``texts`` texts, loading them when it pays; None while the
-    NumPy kernel should compute it."""
+    NumPy kernel should compute it (report its time with :func:`computed_without`)."""
     if _loaded:
         return _loaded[0]
-    _uncompiled[0] += texts
-    if texts >= LOAD_AT or _uncompiled[0] >= LOAD_AFTER:
+    if _spent[0] + texts * _NUMPY_SECONDS_PER_TEXT >= LOAD_BUDGET_SECONDS:
         return load()
     return None
+
+
+def computed_without(seconds: float) -> None:
+    """Count ``seconds`` the NumPy kernel took for a batch :func:`for_batch` left to it."""
+    _spent[0] += seconds
 
 
 _loading = threading.Lock()

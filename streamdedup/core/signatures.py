@@ -9,8 +9,8 @@ minimum per permutation. Signatures are stored in ``LeanMinHash``'s little-endia
 The shingle hash is built from word hashes (FNV-1a 64 over the word's UTF-8 bytes, then a 64-bit finalizer),
 combined polynomially over the shingle's words and folded to 32 bits. That lets one compiled pass (numba) read
 the UTF-8 bytes of a whole batch of texts and produce every signature, with no Python work per word or shingle;
-:func:`numpy_kernel` computes the same with NumPy array operations for small batches, until a large one makes
-loading the compiled kernel pay (:mod:`streamdedup.core.compiled`).
+:func:`numpy_kernel` computes the same with NumPy array operations until the time it has taken makes loading
+the compiled kernel pay (:mod:`streamdedup.core.compiled`).
 
 >>> scheme = SignatureScheme(num_perm=16, seed=1, shingle_size=5)
 >>> sigs, distinct = scheme.signatures(["a b c d e", "a b c d e", ""])
@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.core.compiled import for_batch
+from streamdedup.core.compiled import computed_without, for_batch
 
 __all__ = ["SignatureScheme", "estimate_jaccard", "numpy_kernel", "shingle_hash32"]
 
@@ -217,8 +218,12 @@ class SignatureScheme:
         out = np.empty((len(encoded), self.num_perm), dtype=np.uint32)
         distinct = np.zeros(len(encoded), dtype=np.int64)
         compiled = for_batch(len(encoded))
-        kernel = compiled.signatures if compiled is not None else numpy_kernel
-        kernel(data, offsets, self.shingle_size, self._a, self._b, out, distinct)
+        if compiled is not None:
+            compiled.signatures(data, offsets, self.shingle_size, self._a, self._b, out, distinct)
+        else:
+            start = time.perf_counter()
+            numpy_kernel(data, offsets, self.shingle_size, self._a, self._b, out, distinct)
+            computed_without(time.perf_counter() - start)
         return out, distinct
 
     def to_bytes(self, signature: Signature) -> bytes:

@@ -139,32 +139,37 @@ def _fresh_interpreter(code: str) -> list[str]:
     return result.stdout.split()
 
 
-def test_a_large_batch_loads_the_compiled_kernel_and_a_small_one_does_not():
+def test_a_small_batch_keeps_numpy_and_one_that_would_take_the_budget_alone_loads_the_compiled_kernel():
     code = (
         "import sys\n"
+        "from streamdedup.core.compiled import LOAD_BUDGET_SECONDS\n"
         "from streamdedup.core.signatures import SignatureScheme\n"
         "scheme = SignatureScheme(128, 1, 5)\n"
-        "small, _ = scheme.signatures(['one two three four five six'] * 63)\n"
+        "small, _ = scheme.signatures(['one two three four five six'] * 64)\n"
         "print('numba' in sys.modules)\n"
-        "large, _ = scheme.signatures(['one two three four five six'] * 64)\n"
-        "print('numba' in sys.modules, bool((large[:63] == small).all()))\n"
+        "large, _ = scheme.signatures(['one two three four five six'] * int(LOAD_BUDGET_SECONDS / 20e-6))\n"
+        "print('numba' in sys.modules, bool((large[:64] == small).all()))\n"
     )
     assert _fresh_interpreter(code) == ["False", "True", "True"]
 
 
-def test_many_small_batches_load_the_compiled_kernel_in_the_end():
+def test_small_batches_load_the_compiled_kernel_once_numpy_has_taken_the_budget():
     code = (
         "import sys\n"
-        "from streamdedup.core.compiled import LOAD_AFTER, loaded\n"
+        "from streamdedup.core.compiled import loaded\n"
         "from streamdedup.core.signatures import SignatureScheme\n"
         "scheme = SignatureScheme(128, 1, 5)\n"
-        "for i in range(LOAD_AFTER // 10 - 1):\n"
-        "    scheme.signatures([f'text {i} {j} has a few words' for j in range(10)])\n"
-        "print(loaded() is None, 'numba' in sys.modules)\n"
-        "scheme.signatures(['the batch that adds up'] * 10)\n"
-        "print(loaded() is None, 'numba' in sys.modules)\n"
+        "rows = {}\n"
+        "for i in range(100_000):\n"
+        "    batch = [f'text {i} {j} has a few words' for j in range(10)]\n"
+        "    if loaded() is not None:\n"
+        "        break\n"
+        "    rows[i] = scheme.signatures(batch)[0]\n"
+        "print(i > 1, 'numba' in sys.modules, loaded() is not None)\n"
+        "print(all((scheme.signatures([f'text {k} {j} has a few words' for j in range(10)])[0] == rows[k]).all()\n"
+        "          for k in (0, i - 1)))\n"
     )
-    assert _fresh_interpreter(code) == ["True", "False", "False", "True"]
+    assert _fresh_interpreter(code) == ["True", "True", "True", "True"]
 
 
 def test_the_kernels_are_used_only_once_compiled_so_a_thread_loading_them_holds_up_nobody():
