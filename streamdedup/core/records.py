@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,33 +35,20 @@ JACCARD_DIGITS = 6
 
 def source_entry(source_id: str, position: int, content_hash: str, attrs: SourceAttrs) -> dict[str, Any]:
     """Return one element of a chunk's ``sources`` list."""
-    try:
-        acl, modified_at, rest = _attrs_fields(attrs)
-    except TypeError:  # metadata holds a list or a dict: the attributes cannot be remembered
-        acl, modified_at, rest = _attrs_fields.__wrapped__(attrs)
     entry: dict[str, Any] = {
         "source_id": source_id,
         "position": position,
         "content_hash": content_hash,
-        "acl": list(acl),
-        "modified_at": modified_at,
+        "acl": sorted(attrs.acl),
+        "modified_at": format_timestamp(attrs.modified_at),
         "authority": attrs.authority,
         "uri": attrs.uri,
     }
-    if rest:
-        entry.update(rest)
-    return entry
-
-
-@functools.lru_cache(maxsize=1 << 14)
-def _attrs_fields(attrs: SourceAttrs) -> tuple[tuple[str, ...], str, tuple[tuple[str, Any], ...]]:
-    """The parts of a source entry its attributes decide, computed once for every copy of the source."""
-    rest: list[tuple[str, Any]] = []
     if attrs.title is not None:
-        rest.append(("title", attrs.title))
+        entry["title"] = attrs.title
     if attrs.metadata is not None:
-        rest.append(("metadata", attrs.metadata))
-    return tuple(sorted(attrs.acl)), format_timestamp(attrs.modified_at), tuple(rest)
+        entry["metadata"] = attrs.metadata
+    return entry
 
 
 def chunk_value(

@@ -191,10 +191,7 @@ class RocksDBStore:
         batch = rocksdict.WriteBatch(raw_mode=True)
         put, delete, handles = batch.put, batch.delete, self._handles
         for (stage, partition, key), value in changes.items():
-            # _address, inlined: a commit writes every record a batch changed.
-            address = (
-                _PREFIXES[partition] if partition < 256 else partition.to_bytes(2, "big")
-            ) + key.encode()
+            address = _address(partition, key)
             if value is None:
                 delete(address, handles[stage])
             else:

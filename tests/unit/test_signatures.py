@@ -142,12 +142,13 @@ def _fresh_interpreter(code: str) -> list[str]:
 def test_a_small_batch_keeps_numpy_and_one_that_would_take_the_budget_alone_loads_the_compiled_kernel():
     code = (
         "import sys\n"
-        "from streamdedup.core.compiled import LOAD_BUDGET_SECONDS\n"
+        "from streamdedup.core.compiled import _NUMPY_SECONDS_PER_TEXT, LOAD_BUDGET_SECONDS\n"
         "from streamdedup.core.signatures import SignatureScheme\n"
         "scheme = SignatureScheme(128, 1, 5)\n"
         "small, _ = scheme.signatures(['one two three four five six'] * 64)\n"
         "print('numba' in sys.modules)\n"
-        "large, _ = scheme.signatures(['one two three four five six'] * int(LOAD_BUDGET_SECONDS / 20e-6))\n"
+        "enough = int(LOAD_BUDGET_SECONDS / _NUMPY_SECONDS_PER_TEXT)\n"
+        "large, _ = scheme.signatures(['one two three four five six'] * enough)\n"
         "print('numba' in sys.modules, bool((large[:64] == small).all()))\n"
     )
     assert _fresh_interpreter(code) == ["False", "True", "True"]
