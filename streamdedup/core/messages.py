@@ -181,6 +181,8 @@ class VerifyRequest(msgspec.Struct, frozen=True, omit_defaults=True, tag="verify
     info: Info
     decision: PairMark | None = None  # the sender's decision about the pair, if any
     report: MemberReport | None = None  # the sender's report, when the receiver is its canonical
+    # The sender's sketch, when it asks a band candidate: one far below the threshold is dismissed unread.
+    sketch: bytes = b""
 
 
 class VerifyResult(msgspec.Struct, frozen=True, omit_defaults=True, tag="verified", tag_field="op"):

@@ -215,6 +215,8 @@ class ContentIds(msgspec.Struct, kw_only=True, array_like=True):
     """
 
     hashes: list[str] = msgspec.field(default_factory=list)
+    # Each content's sketch (:mod:`streamdedup.core.sketches`), in the order of ``hashes``; empty where unknown.
+    sketches: list[bytes] = msgspec.field(default_factory=list)
 
 
 def id_key(content_id: str) -> str:
@@ -257,6 +259,7 @@ class ContentRecord(msgspec.Struct, kw_only=True, dict=True, omit_defaults=True)
     # Discovery of near copies for the current epoch.
     pending_bands: list[str] = msgspec.field(default_factory=list)
     candidates: dict[str, int] = msgspec.field(default_factory=dict)  # bands shared, while bands are pending
+    sketch: bytes = b""  # its signature's sketch, until its band candidates are asked to verify the pair
     pending_verify: list[str] = msgspec.field(default_factory=list)
     checked: list[str] = msgspec.field(default_factory=list)
     neighbors: dict[str, NeighborEntry] = msgspec.field(default_factory=dict)

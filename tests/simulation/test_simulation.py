@@ -13,6 +13,8 @@ import pytest
 from streamdedup.codec import encode_output_line
 from streamdedup.core.engine import Engine
 from streamdedup.core.params import EngineParams
+from streamdedup.core.sketches import dismiss_below
+from streamdedup.core.stages import content as content_stage
 from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.simulation import SimulationDriver
@@ -132,6 +134,56 @@ def test_bounded_chunk_records_reach_the_same_view_under_any_interleaving(
     assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
     chunks = [o.value for o in outputs if o.topic == "canonical-chunks" and o.value is not None]
     assert any(c["source_count"] > len(c["sources"]) == 2 for c in chunks)  # the bound was in play
+
+
+def _sketch_feed(seed: int) -> list:
+    rng = random.Random(seed)
+    pool = ParagraphPool(rng, families=3)
+    return with_decisions(rng, random_feed(rng, sources=7, events=50, pool=pool), pool, count=25)
+
+
+# One band per permutation: nearly every pair that shares a shingle is a band candidate, most far below the
+# threshold, and their sketches dismiss them unread, also in pairs a reviewer decided about (across families).
+ONE_ROW_BANDS = EngineParams(bands=128, rows=1)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("partitions", "rewind", "duplicate"), [(2, 0.0, 0.0), (4, 0.05, 0.05)])
+def test_band_candidates_dismissed_by_their_sketches_reach_the_same_view_under_any_interleaving(
+    seed, partitions, rewind, duplicate
+):
+    engine = Engine(ONE_ROW_BANDS)
+    feed = _sketch_feed(seed)
+    live, decisions = live_sources(feed), decisions_in_force(feed)
+    embedded = run_embedded(engine, feed, batch=random.Random(seed).choice((1, 3, 40)))
+    sim = SimulationDriver(
+        engine, partitions=partitions, seed=seed * 7 + partitions, rewind=rewind, duplicate=duplicate
+    )
+    outputs = sim.run(feed)
+    view = View().apply_all(outputs)
+    assert check_invariants(view, live, threshold=0.8, shingle_size=5, decisions=decisions) == []
+    assert view.compacted(with_revision=False) == embedded.compacted(with_revision=False)
+    assert view.compacted(with_revision=False) == Reference(engine, live, decisions).compacted()
+    assert open_flags_decided(outputs, decisions) == []
+
+
+def test_the_sketch_feeds_exercise_dismissals(monkeypatch):
+    # The feeds above really have candidates dismissed by their sketches, most of them under every schedule.
+    engine = Engine(ONE_ROW_BANDS)
+    dismissed_in = set()
+    agreements = content_stage.agreements
+    seed = -1
+
+    def counting(a: bytes, b: bytes, fields: int) -> int:
+        agreed = agreements(a, b, fields)
+        if agreed < dismiss_below(ONE_ROW_BANDS.threshold, fields):
+            dismissed_in.add(seed)
+        return agreed
+
+    monkeypatch.setattr(content_stage, "agreements", counting)
+    for seed in SEEDS:
+        SimulationDriver(engine, partitions=2, seed=seed * 7 + 2).run(_sketch_feed(seed))
+    assert len(dismissed_in) >= len(SEEDS) // 2
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -3,6 +3,7 @@
 Each test drives the stage directly with one partition's state, as a driver would.
 """
 
+import msgspec
 import pytest
 
 from streamdedup.core.messages import (
@@ -14,6 +15,7 @@ from streamdedup.core.messages import (
     MemberReport,
     NeighborUpdate,
     Output,
+    PairMark,
     RefUpdate,
     SourceRef,
     VerifyRequest,
@@ -21,7 +23,9 @@ from streamdedup.core.messages import (
     content_id,
 )
 from streamdedup.core.model import Rank, SourceAttrs
-from streamdedup.core.normalize import content_hash
+from streamdedup.core.normalize import content_hash, normalize
+from streamdedup.core.shingles import jaccard
+from streamdedup.core.sketches import sketches
 from streamdedup.core.state import ContentIds, ContentRecord, Table, id_key
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
@@ -214,6 +218,66 @@ def test_a_request_by_a_content_id_nobody_here_carries_is_answered_as_dead(stage
     (result,) = _of(stage(VerifyRequest("0" * 16, content_hash(NEAR), 1, NEAR, NEAR, info)), VerifyResult)
     assert (result.content_hash, result.sender) == (content_hash(NEAR), "0" * 16)
     assert (result.edge, result.jaccard, result.info.role) == (False, 0.0, "dead")
+
+
+def _sketch(engine, text):
+    signatures, _ = engine.scheme.signatures([normalize(text)])
+    return sketches(signatures)[0]
+
+
+def test_a_band_candidate_far_below_the_threshold_is_dismissed_by_its_sketch_without_reading_its_record(
+    stage, engine
+):
+    _settled(stage, TEXT)
+    before = msgspec.msgpack.encode(stage.record(TEXT))
+    far = " ".join(reversed(WORDS))  # the same words, no shared shingle
+    info = Info(3, "pending", _rank(far, "f", 2), ("*",))
+    request = VerifyRequest(
+        content_id(content_hash(TEXT)), content_hash(far), 1, far, far, info, sketch=_sketch(engine, far)
+    )
+    (result,) = _of(stage(request), VerifyResult)
+    assert (result.content_hash, result.sender, result.edge) == (content_hash(far), content_hash(TEXT), False)
+    # Answered from the content id index: not with the content's state (a canonical), and the content unchanged.
+    assert result.jaccard < 0.5 and result.info == Info(0, "pending")
+    assert stage.record(TEXT).role == "canonical"
+    assert msgspec.msgpack.encode(stage.record(TEXT)) == before
+
+
+def test_a_band_candidate_whose_sketch_may_reach_the_threshold_is_verified_exactly(stage, engine):
+    _settled(stage, TEXT)
+    info = Info(3, "pending", _rank(NEAR, "n", 2), ("*",))
+    request = VerifyRequest(
+        content_id(content_hash(TEXT)), content_hash(NEAR), 1, NEAR, NEAR, info, sketch=_sketch(engine, NEAR)
+    )
+    (result,) = _of(stage(request), VerifyResult)
+    assert result.edge and result.jaccard == jaccard(normalize(TEXT), normalize(NEAR), 5)
+
+
+def test_a_band_candidate_with_a_decision_about_the_pair_is_verified_whatever_its_sketch(stage, engine):
+    _settled(stage, TEXT)
+    far = " ".join(reversed(WORDS))
+    info = Info(3, "pending", _rank(far, "f", 2), ("*",))
+    request = VerifyRequest(
+        content_id(content_hash(TEXT)),
+        content_hash(far),
+        1,
+        far,
+        far,
+        info,
+        PairMark("merge", 1),
+        sketch=_sketch(engine, far),
+    )
+    (result,) = _of(stage(request), VerifyResult)
+    assert result.edge and result.info.role == "canonical"  # the merge decision made it an edge
+    assert content_hash(far) in stage.record(TEXT).neighbors
+
+
+def test_a_content_that_asks_its_band_candidates_sends_its_sketch_and_then_forgets_it(stage, engine):
+    request = _asking(stage, NEAR, TEXT)
+    assert request.sketch == _sketch(engine, NEAR) and len(request.sketch) == engine.params.num_perm // 4
+    assert stage.record(NEAR).sketch == b""
+    index = Table(stage.state, ContentIds)
+    assert index.get(id_key(content_id(content_hash(NEAR)))).sketches == [_sketch(engine, NEAR)]
 
 
 def test_a_content_that_joins_its_bands_is_listed_under_its_content_id(stage):

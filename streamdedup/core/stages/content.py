@@ -35,6 +35,7 @@ from streamdedup.core.messages import (
     content_id,
 )
 from streamdedup.core.records import audit_value
+from streamdedup.core.sketches import agreements, dismiss_below, estimate
 from streamdedup.core.stages.content_discovery import Discovery
 from streamdedup.core.stages.content_settle import Settlement
 from streamdedup.core.stages.content_sources import SourcePositions
@@ -56,6 +57,7 @@ class ContentStage:
     name = "content"
 
     def __init__(self, context: StageContext) -> None:
+        self._params = context.params
         self._features = Features(context.params.shingle_size)
         self.positions = SourcePositions(context)
         self.discovery = Discovery(context, self._features)
@@ -101,7 +103,7 @@ class ContentStage:
         born = [w for w in works.values() if w.born]
         if born:
             self.discovery.start(born, out)
-            self._index([w.key for w in born if w.record.indexed], ids)
+            self._index([w for w in born if w.record.indexed], ids)
         for key, work in works.items():
             self.settlement.settle(work, out)
             table.mark(key)
@@ -111,15 +113,18 @@ class ContentStage:
         self._features.clear()
         return out
 
-    @staticmethod
     def _resolve(
-        messages: Sequence[Message], ids: Table[ContentIds], out: list[Message | Output]
+        self, messages: Sequence[Message], ids: Table[ContentIds], out: list[Message | Output]
     ) -> list[Message]:
         """Address each verify request that names a band candidate by content id to the contents carrying it.
 
-        An id no content here carries (none joined a band with it) is answered at once as a dead content.
+        An id no content here carries (none joined a band with it) is answered at once as a dead content, and so
+        is a content whose sketch agrees with the sender's on too few fields for the pair to reach the threshold
+        (unless a reviewer's decision about the pair came with the request): its record is not even read.
         """
         ids.prefetch(list(dict.fromkeys(id_key(m.content_hash) for m in messages if _by_id(m))))  # type: ignore[union-attr]
+        fields = self._params.num_perm
+        needed = dismiss_below(self._params.threshold, fields)
         resolved: list[Message] = []
         for message in messages:
             if not isinstance(message, VerifyRequest) or not _by_id(message):
@@ -132,18 +137,45 @@ class ContentStage:
                     VerifyResult(message.sender, message.content_hash, message.epoch, 0.0, False, dead)
                 )
                 continue
-            resolved.extend(msgspec.structs.replace(message, content_hash=h) for h in found.hashes)
+            theirs = message.sketch if message.decision is None else b""
+            for index, content_hash in enumerate(found.hashes):
+                mine = found.sketches[index] if theirs and index < len(found.sketches) else b""
+                if (
+                    mine
+                    and len(mine) == len(theirs)
+                    and (agreed := agreements(mine, theirs, fields)) < needed
+                ):
+                    # Far below the threshold: no edge, whatever this content's state (its Info is not read).
+                    unread = Info(0, "pending")
+                    out.append(
+                        VerifyResult(
+                            message.sender,
+                            content_hash,
+                            message.epoch,
+                            estimate(agreed, fields),
+                            False,
+                            unread,
+                        )
+                    )
+                else:
+                    resolved.append(msgspec.structs.replace(message, content_hash=content_hash))
         return resolved
 
     @staticmethod
-    def _index(keys: list[str], ids: Table[ContentIds]) -> None:
-        """List contents that joined their bands under their content id (once: the entry is kept after death)."""
-        pairs = [(id_key(content_id(key)), key) for key in keys]
+    def _index(works: list[Work], ids: Table[ContentIds]) -> None:
+        """List contents that joined their bands under their content id, with their sketches (kept after death)."""
+        pairs = [(id_key(content_id(work.key)), work) for work in works]
         ids.prefetch(list(dict.fromkeys(index_key for index_key, _ in pairs)))
-        for index_key, key in pairs:
+        for index_key, work in pairs:
             entry = ids.get_or_new(index_key)
-            if key not in entry.hashes:
-                entry.hashes.append(key)
+            if len(entry.sketches) < len(entry.hashes):  # written before sketches were kept
+                entry.sketches.extend(b"" for _ in range(len(entry.hashes) - len(entry.sketches)))
+            if work.key not in entry.hashes:
+                entry.hashes.append(work.key)
+                entry.sketches.append(work.record.sketch)
+                ids.mark(index_key)
+            elif not entry.sketches[entry.hashes.index(work.key)]:
+                entry.sketches[entry.hashes.index(work.key)] = work.record.sketch
                 ids.mark(index_key)
 
     def _on_ref_update(self, work: Work, message: RefUpdate, out: list[Message | Output]) -> None:

@@ -41,6 +41,7 @@ from streamdedup.core.messages import (
 from streamdedup.core.model import Rank, covered
 from streamdedup.core.records import audit_value, review_key, review_value
 from streamdedup.core.shingles import jaccard_of_sets
+from streamdedup.core.sketches import sketches
 from streamdedup.core.stages.content_work import Answer, Features, LateEdge, Work
 from streamdedup.core.stages.context import StageContext
 from streamdedup.core.state import Conflict, ContentRecord, NeighborEntry
@@ -63,11 +64,14 @@ class Discovery:
         """Compute the signatures of texts that came alive in this batch and join their bands."""
         scheme, params = self._scheme, self._params
         signatures, distinct = scheme.signatures([w.record.norm for w in born])
-        for work, signature, count in zip(born, signatures, distinct, strict=True):
+        for work, signature, count, sketch in zip(
+            born, signatures, distinct, sketches(signatures), strict=True
+        ):
             if count < params.min_shingles:
                 continue  # too short for near matching: exact copies only
             record = work.record
             record.indexed = True
+            record.sketch = sketch
             record.pending_bands = scheme.band_keys(signature, params.bands, params.rows)
             out.append(BandJoin(work.key, record.epoch, tuple(record.pending_bands)))
 
@@ -399,9 +403,18 @@ class Discovery:
         for other in work.to_verify:
             out.append(
                 VerifyRequest(
-                    other, key, record.epoch, record.norm, record.text, info, self.decision_for(work, other)
+                    other,
+                    key,
+                    record.epoch,
+                    record.norm,
+                    record.text,
+                    info,
+                    self.decision_for(work, other),
+                    sketch=record.sketch,
                 )
             )
+        if not record.pending_bands:
+            record.sketch = b""  # its band candidates are chosen and asked: not needed any more
         asking = set(work.to_verify)
         for other in sorted(work.strangers - set(record.neighbors)):
             if content_id(other) not in asking:
