@@ -26,6 +26,7 @@ from streamdedup.core.model import Rank, SourceAttrs
 from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.shingles import jaccard
 from streamdedup.core.sketches import sketches
+from streamdedup.core.stages.content_settle import Settlement
 from streamdedup.core.state import ContentIds, ContentRecord, Table, id_key
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
@@ -63,6 +64,7 @@ def stage(engine):
 
     send.record = lambda text: Table(txn.partition("content", 0), ContentRecord).get(content_hash(text))
     send.state = txn.partition("content", 0)
+    send.txn = txn
     return send
 
 
@@ -158,6 +160,27 @@ def test_a_verify_request_from_a_near_copy_is_answered_with_an_edge_and_makes_it
     assert result.content_hash == sender and result.edge and 0.8 <= result.jaccard < 1
     assert result.conflict is None and result.info.role == "canonical"
     assert sender in stage.record(TEXT).neighbors
+
+
+def test_a_verify_request_that_changes_nothing_is_answered_with_the_settled_state_and_nothing_written(
+    stage, monkeypatch
+):
+    _settled(stage, TEXT)
+    far = " ".join(reversed(WORDS))  # the same words, no shared shingle: no edge
+    request = VerifyRequest(
+        content_hash(TEXT), content_hash(far), 1, far, far, Info(3, "pending", _rank(far, "f", 2), ("*",))
+    )
+    stage.txn.commit()
+    out = stage(request)
+    assert stage.txn.changes == {}  # the content's record is not written again
+    (result,) = out  # the answer, and nothing else
+    record = stage.record(TEXT)
+    assert (result.edge, result.jaccard, result.info) == (False, 0.0, record.sent_info)
+    assert result.info.role == "canonical"
+    # Settled as usual, the content sends the same answer (and writes the same record).
+    monkeypatch.setattr(Settlement, "answer_unchanged", lambda self, work, out: False)
+    assert stage(request) == out
+    assert stage.record(TEXT) == record
 
 
 def test_a_pair_in_fact_conflict_is_flagged_by_the_receiver_when_the_sender_ranks_better(stage):

@@ -88,6 +88,7 @@ class ContentStage:
                 wanted[ref_key(m.content_hash, found.canonical_ref[0])] = None
         refs.prefetch(list(wanted))
         works: dict[str, Work] = {}
+        only_asked: set[str] = set()  # contents this batch only asked to verify pairs
         appliers = self._appliers
         for message in messages:
             key = message.content_hash  # type: ignore[union-attr]
@@ -96,6 +97,10 @@ class ContentStage:
                 record = table.get_or_new(key)
                 work = Work(key, record, record.role, record.target, record.canonical_ref, refs, state)
                 works[key] = work
+                if type(message) is VerifyRequest:
+                    only_asked.add(key)
+            elif type(message) is not VerifyRequest:
+                only_asked.discard(key)
             applier = appliers.get(type(message))
             if applier is None:  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"content stage cannot handle {type(message).__name__}")
@@ -104,8 +109,11 @@ class ContentStage:
         if born:
             self.discovery.start(born, out)
             self._index([w for w in born if w.record.indexed], ids)
+        settlement = self.settlement
         for key, work in works.items():
-            self.settlement.settle(work, out)
+            if key in only_asked and settlement.answer_unchanged(work, out):
+                continue  # nothing changed: not settled again, not written back
+            settlement.settle(work, out)
             table.mark(key)
         table.flush()
         refs.flush()

@@ -113,6 +113,59 @@ class Settlement:
         self._emit_chunk(work, readers, out)
         discovery.ask_and_answer(work, info, report, owed, out)
 
+    def answer_unchanged(self, work: Work, out: list[Message | Output]) -> bool:
+        """Answer verify requests that changed nothing with the state last settled; False to settle as usual.
+
+        A settled content (alive, its discovery complete) that a batch only asked to verify pairs, none of them an
+        edge, a conflict or under a reviewer's decision, would settle to the state it last told: ``settle`` would
+        decide the same, send nothing else and write the same record. Most band candidates are such pairs.
+        """
+        record = work.record
+        info = record.sent_info
+        if (
+            not record.alive
+            or info is None
+            or info.seq != record.seq
+            or not record.top
+            or record.pending_bands
+            or record.pending_verify
+            or record.candidates
+            or record.conflict is not None
+            or work.born
+            or work.refill
+            or work.to_verify
+            or work.decided_verify
+            or work.asked_while_dead
+            or work.conflicts
+            or work.new_neighbors
+            or work.late_edges
+            or work.strangers
+            or work.answer_sources
+        ):
+            return False
+        answers = work.answers
+        if any(a.edge or a.conflict is not None or a.decision is not None for a in answers):
+            return False
+        report = record.sent_report
+        target = record.target if report is not None else ""
+        key = work.key
+        for answer in answers:
+            out.append(
+                VerifyResult(
+                    answer.sender,
+                    key,
+                    answer.epoch,
+                    answer.jaccard,
+                    False,
+                    info,
+                    None,
+                    "",
+                    None,
+                    report if answer.sender == target else None,
+                )
+            )
+        return True
+
     def _tell_neighbors(
         self,
         work: Work,
