@@ -46,7 +46,7 @@ from streamdedup.core.stages.content_work import Answer, Features, LateEdge, Wor
 from streamdedup.core.stages.context import StageContext
 from streamdedup.core.state import Conflict, ContentRecord, NeighborEntry
 
-__all__ = ["Discovery"]
+__all__ = ["Discovery", "answer_result"]
 
 _NO_RANK = Rank(0, 0, 0, "", "")
 
@@ -398,21 +398,10 @@ class Discovery:
         The content's canonical also gets its report with them: it may hold no entry of this content to take a
         report from another message (it asks again because it lost track of it).
         """
-        record, key = work.record, work.key
+        record = work.record
         target = record.target if report is not None else ""
         for other in work.to_verify:
-            out.append(
-                VerifyRequest(
-                    other,
-                    key,
-                    record.epoch,
-                    record.norm,
-                    record.text,
-                    info,
-                    self.decision_for(work, other),
-                    sketch=record.sketch,
-                )
-            )
+            out.append(_request(work, other, info, self.decision_for(work, other), sketch=record.sketch))
         if not record.pending_bands:
             record.sketch = b""  # its band candidates are chosen and asked: not needed any more
         asking = set(work.to_verify)
@@ -425,33 +414,43 @@ class Discovery:
                 continue
             asking.add(content_id(other))
             out.append(
-                VerifyRequest(
-                    other,
-                    key,
-                    record.epoch,
-                    record.norm,
-                    record.text,
-                    info,
-                    record.decisions.get(other),
-                    report if other == target else None,
-                )
+                _request(work, other, info, record.decisions.get(other), report if other == target else None)
             )
         for answer, facts in owed:
-            text = "" if facts is None else record.text
-            out.append(
-                VerifyResult(
-                    answer.sender,
-                    key,
-                    answer.epoch,
-                    answer.jaccard,
-                    answer.edge,
-                    info,
-                    facts,
-                    text,
-                    answer.decision,
-                    report if answer.sender == target else None,
-                )
-            )
+            out.append(answer_result(work, answer, info, facts, report if answer.sender == target else None))
+
+
+def _request(
+    work: Work,
+    other: str,
+    info: Info,
+    decision: PairMark | None,
+    report: MemberReport | None = None,
+    *,
+    sketch: bytes = b"",
+) -> VerifyRequest:
+    record = work.record
+    return VerifyRequest(
+        other, work.key, record.epoch, record.norm, record.text, info, decision, report, sketch
+    )
+
+
+def answer_result(
+    work: Work, answer: Answer, info: Info, facts: tuple[str, ...] | None, report: MemberReport | None
+) -> VerifyResult:
+    """Return the answer to a verify request, with the content's state (and its text, if the asker flags)."""
+    return VerifyResult(
+        answer.sender,
+        work.key,
+        answer.epoch,
+        answer.jaccard,
+        answer.edge,
+        info,
+        facts,
+        "" if facts is None else work.record.text,
+        answer.decision,
+        report,
+    )
 
 
 def _settled(mark: PairMark | None, kind: str | None = None) -> bool:

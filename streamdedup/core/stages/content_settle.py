@@ -28,7 +28,7 @@ from streamdedup.core.messages import (
 )
 from streamdedup.core.model import Rank
 from streamdedup.core.records import audit_value, chunk_value, review_key, review_value
-from streamdedup.core.stages.content_discovery import Discovery
+from streamdedup.core.stages.content_discovery import Discovery, answer_result
 from streamdedup.core.stages.content_sources import SourcePositions, source_refs
 from streamdedup.core.stages.content_work import Work
 from streamdedup.core.stages.context import StageContext
@@ -148,22 +148,8 @@ class Settlement:
             return False
         report = record.sent_report
         target = record.target if report is not None else ""
-        key = work.key
         for answer in answers:
-            out.append(
-                VerifyResult(
-                    answer.sender,
-                    key,
-                    answer.epoch,
-                    answer.jaccard,
-                    False,
-                    info,
-                    None,
-                    "",
-                    None,
-                    report if answer.sender == target else None,
-                )
-            )
+            out.append(answer_result(work, answer, info, None, report if answer.sender == target else None))
         return True
 
     def _tell_neighbors(
