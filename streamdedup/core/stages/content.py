@@ -182,8 +182,8 @@ class ContentStage:
                 entry.hashes.append(work.key)
                 entry.sketches.append(work.record.sketch)
                 ids.mark(index_key)
-            elif not entry.sketches[entry.hashes.index(work.key)]:
-                entry.sketches[entry.hashes.index(work.key)] = work.record.sketch
+            elif not entry.sketches[at := entry.hashes.index(work.key)]:
+                entry.sketches[at] = work.record.sketch
                 ids.mark(index_key)
 
     def _on_ref_update(self, work: Work, message: RefUpdate, out: list[Message | Output]) -> None:

@@ -116,9 +116,9 @@ class Settlement:
     def answer_unchanged(self, work: Work, out: list[Message | Output]) -> bool:
         """Answer verify requests that changed nothing with the state last settled; False to settle as usual.
 
-        A settled content (alive, its discovery complete) that a batch only asked to verify pairs, none of them an
-        edge, a conflict or under a reviewer's decision, would settle to the state it last told: ``settle`` would
-        decide the same, send nothing else and write the same record. Most band candidates are such pairs.
+        For a content that a batch only asked to verify pairs. If it is settled (alive, its discovery complete)
+        and none of the pairs is an edge, a conflict or under a reviewer's decision, ``settle`` would decide the
+        same, send nothing but the answers and write the same record. Most band candidates are such pairs.
         """
         record = work.record
         info = record.sent_info
@@ -129,18 +129,6 @@ class Settlement:
             or not record.top
             or record.pending_bands
             or record.pending_verify
-            or record.candidates
-            or record.conflict is not None
-            or work.born
-            or work.refill
-            or work.to_verify
-            or work.decided_verify
-            or work.asked_while_dead
-            or work.conflicts
-            or work.new_neighbors
-            or work.late_edges
-            or work.strangers
-            or work.answer_sources
         ):
             return False
         answers = work.answers
