@@ -1,4 +1,5 @@
-"""The Kafka commands: ``worker``, ``produce``, ``tail`` and ``materialize``."""
+"""The Kafka commands that read or write the topics: ``produce``, ``tail`` and ``materialize`` (the worker is
+:mod:`streamdedup.cli.worker`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import faust
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import MessageSizeTooLargeError
 from rich.console import Console
@@ -23,47 +23,21 @@ from streamdedup.codec import EventLimits, decode_event, encode_output_line, eve
 from streamdedup.core.messages import Output
 from streamdedup.core.view import COMPACTED_TOPICS, View
 from streamdedup.drivers.jsonl import read_lines
-from streamdedup.drivers.kafka.admin import check_engine_params, ensure_topics, read_to_end
-from streamdedup.drivers.kafka.app import build_app
+from streamdedup.drivers.kafka.admin import ensure_topics, read_to_end
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.errors import InvalidEventError
 from streamdedup.settings import Settings
 
 __all__ = [
     "ProduceReport",
-    "make_worker",
     "materialize",
     "materialize_command",
     "produce_command",
     "tail_command",
-    "worker_command",
 ]
 
 logger = logging.getLogger(__name__)
 _KEY_CHARS = 1024  # an invalid line's source_id is its key only when a valid one could be that long
-
-
-def worker_command(settings: Settings, loglevel: str) -> None:
-    """Create the topics, check the engine parameters, and run the Faust worker until it is stopped."""
-    asyncio.run(ensure_topics(settings))
-    asyncio.run(check_engine_params(settings))
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    app, _ = build_app(settings)
-    make_worker(app, loglevel).execute_from_commandline()
-
-
-class _Worker(faust.Worker):
-    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
-        """Leave the root logger at ``level``.
-
-        Faust's terminal spinner would turn it to DEBUG so that every record moves the spinner: every Kafka send
-        would then build a debug record that is thrown away.
-        """
-
-
-def make_worker(app: faust.App, loglevel: str) -> faust.Worker:
-    """Return the Faust worker of ``app``, logging at ``loglevel`` (and no lower)."""
-    return _Worker(app, loglevel=loglevel, redirect_stdouts=False, quiet=not sys.stdout.isatty())
 
 
 @dataclass

@@ -7,16 +7,18 @@ Global options set engine parameters (also read from ``STREAMDEDUP_*``); each co
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from streamdedup.errors import StreamDedupError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from streamdedup.settings import Settings
 
 __all__ = ["app", "main"]
@@ -29,7 +31,14 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-err = Console(stderr=True)
+
+
+@functools.cache
+def err() -> Console:
+    """Return the console for errors, made on first use (the worker never needs one)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -67,21 +76,21 @@ def _root(
         if not sep or name not in Settings.model_fields:
             known = difflib.get_close_matches(name, Settings.model_fields, n=3)
             hint = f"; did you mean {', '.join(known)}?" if known else " (see 'streamdedup config')"
-            err.print(f"[red]invalid --set {item!r}:[/red] not NAME=VALUE for a setting{hint}")
+            err().print(f"[red]invalid --set {item!r}:[/red] not NAME=VALUE for a setting{hint}")
             raise typer.Exit(2)
         overrides[name] = value
     try:
         ctx.obj = Settings(**overrides)
         ctx.obj.engine_params()
     except (ValidationError, StreamDedupError) as exc:
-        err.print(f"[red]invalid settings:[/red] {exc}")
+        err().print(f"[red]invalid settings:[/red] {exc}")
         raise typer.Exit(2) from exc
 
 
 def _state_dir(settings: Settings, state: Path | None) -> Path:
     chosen = state or settings.state_dir
     if chosen is None:
-        err.print("[red]no state directory:[/red] pass --state DIR or set STREAMDEDUP_STATE_DIR")
+        err().print("[red]no state directory:[/red] pass --state DIR or set STREAMDEDUP_STATE_DIR")
         raise typer.Exit(2)
     return chosen
 
@@ -114,7 +123,7 @@ def run(
     if batch_size is not None:
         settings = settings.model_copy(update={"batch_size": batch_size})
     if index is not None and (out == "-" or watch):
-        err.print(
+        err().print(
             "[red]--index needs --out FILE and no --watch[/red] (to index while watching, run "
             "'streamdedup index --from FILE --follow' beside it)"
         )
@@ -122,12 +131,12 @@ def run(
 
     def both() -> None:
         run_command(
-            settings, input, _state_dir(settings, state), out, err, watch=watch, collection=collection
+            settings, input, _state_dir(settings, state), out, err(), watch=watch, collection=collection
         )
         if index is not None:
             from streamdedup.cli.index import index_command
 
-            index_command(settings, index, None, Path(out), False, None, err)
+            index_command(settings, index, None, Path(out), False, None, err())
 
     _guard(both)
 
@@ -148,7 +157,7 @@ def inspect(
     from streamdedup.cli.inspect import inspect_command
 
     if (source is None) == (chunk is None):
-        err.print("[red]give exactly one of --source and --chunk[/red]")
+        err().print("[red]give exactly one of --source and --chunk[/red]")
         raise typer.Exit(2)
     settings = _settings(ctx)
     _guard(lambda: inspect_command(settings, _state_dir(settings, state), source, chunk, json_output))
@@ -175,7 +184,7 @@ def worker(
     loglevel: Annotated[str, typer.Option(help="Worker log level.")] = "info",
 ) -> None:
     """Run the streaming service: Faust agents over the Kafka topics (STREAMDEDUP_BROKER)."""
-    from streamdedup.cli.kafka import worker_command
+    from streamdedup.cli.worker import worker_command
 
     settings = _settings(ctx)
     if data_dir is not None:
@@ -199,7 +208,7 @@ def produce(
     """Send input events to the documents topic, keyed by source_id; never stops on a bad line."""
     from streamdedup.cli.kafka import produce_command
 
-    _guard(lambda: produce_command(_settings(ctx), file, err, skip_invalid=skip_invalid))
+    _guard(lambda: produce_command(_settings(ctx), file, err(), skip_invalid=skip_invalid))
 
 
 @app.command()
@@ -243,15 +252,15 @@ def materialize(
     """
     if into is None:
         if from_ is not None or follow:
-            err.print("[red]--from and --follow need --into DIR[/red]")
+            err().print("[red]--from and --follow need --into DIR[/red]")
             raise typer.Exit(2)
         from streamdedup.cli.kafka import materialize_command
 
-        _guard(lambda: materialize_command(_settings(ctx), out, err))
+        _guard(lambda: materialize_command(_settings(ctx), out, err()))
         return
     from streamdedup.cli.materialize import materialize_into_command
 
-    _guard(lambda: materialize_into_command(_settings(ctx), into, from_, follow, err))
+    _guard(lambda: materialize_into_command(_settings(ctx), into, from_, follow, err()))
 
 
 @app.command()
@@ -278,10 +287,10 @@ def index(
     from streamdedup.cli.index import index_command
 
     if reviews is not None and from_ is None:
-        err.print("[red]--reviews needs --from FILE (from the topics, flags go to the review topic)[/red]")
+        err().print("[red]--reviews needs --from FILE (from the topics, flags go to the review topic)[/red]")
         raise typer.Exit(2)
     settings = _settings(ctx)
-    _guard(lambda: index_command(settings, into, state, from_, follow, reviews, err))
+    _guard(lambda: index_command(settings, into, state, from_, follow, reviews, err()))
 
 
 @app.command(name="eval")
@@ -307,7 +316,7 @@ def eval_(
     from streamdedup.cli.evaluate import eval_command
 
     settings = _settings(ctx)
-    _guard(lambda: eval_command(settings, input, queries, k, json_out, err, collection=collection))
+    _guard(lambda: eval_command(settings, input, queries, k, json_out, err(), collection=collection))
 
 
 @app.command()
@@ -332,10 +341,10 @@ def calibrate(
     from streamdedup.cli.calibrate import calibrate_command
 
     if (input is None) == (state is None):
-        err.print("[red]give exactly one of INPUT and --state[/red]")
+        err().print("[red]give exactly one of INPUT and --state[/red]")
         raise typer.Exit(2)
     settings = _settings(ctx)
-    _guard(lambda: calibrate_command(settings, input, state, out, samples, err, collection=collection))
+    _guard(lambda: calibrate_command(settings, input, state, out, samples, err(), collection=collection))
 
 
 @app.command()
@@ -371,7 +380,7 @@ def review(
     from streamdedup.cli.review import review_command
 
     settings = _settings(ctx)
-    _guard(lambda: review_command(settings, state, out, broker, host, port, by, sample, verdicts, err))
+    _guard(lambda: review_command(settings, state, out, broker, host, port, by, sample, verdicts, err()))
 
 
 decide_app = typer.Typer(
@@ -433,7 +442,7 @@ def _decide(
             note=note,
             version=version,
             reason=reason,
-            console=err,
+            console=err(),
         )
     )
 
@@ -457,7 +466,7 @@ def _pair_command(kind: str, summary: str) -> None:
         try:
             pair = pair_of(first, second)
         except StreamDedupError as exc:
-            err.print(f"[red]error:[/red] {exc}")
+            err().print(f"[red]error:[/red] {exc}")
             raise typer.Exit(2) from exc
         _decide(ctx, kind, {"pair": pair}, state, out, broker, print_only, by, note, version, reason)
 
@@ -527,7 +536,7 @@ def _guard(action: Any) -> None:
     except StreamDedupError as exc:
         from rich.markup import escape
 
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        err().print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(1) from exc
 
 

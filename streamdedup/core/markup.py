@@ -21,21 +21,31 @@ past that; from the block that nests too deep on, the document is kept as plain 
 
 from __future__ import annotations
 
+import functools
 import html as html_lib
 import re
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from markdown_it import MarkdownIt
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from streamdedup.core.nesting import too_deep
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 __all__ = ["MAX_HTML_DEPTH", "Block", "blocks", "paragraphs", "plain_text"]
 
 _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
 
-_MARKDOWN = MarkdownIt("commonmark").enable("table")
+
+@functools.cache
+def _markdown() -> MarkdownIt:
+    """Return the Markdown parser, made on first use (a worker or a run may never see Markdown)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table")
+
 
 _SPACES = re.compile(r"[ \t]{2,}")
 #: HTML whose elements nest deeper than this is reduced to text without a parser (see :mod:`.nesting`).
@@ -149,7 +159,7 @@ def _nesting_cut(tokens: list[Any]) -> int | None:
 
     Past ``maxNesting`` markdown-it stops parsing and drops the rest of the document, not only the deep part.
     """
-    limit = _MARKDOWN.options["maxNesting"] - 1
+    limit = _markdown().options["maxNesting"] - 1
     for index, token in enumerate(tokens):
         if token.level >= limit:
             return max(
@@ -165,7 +175,7 @@ def _nesting_cut(tokens: list[Any]) -> int | None:
 
 def _markdown_blocks(text: str) -> Iterator[Block]:
     lines = text.splitlines()
-    tokens = _MARKDOWN.parse(text)
+    tokens = _markdown().parse(text)
     cut = _nesting_cut(tokens)
     if cut is not None:
         # Everything from the block that nests too deep on is kept as plain paragraphs: no text is lost.

@@ -55,6 +55,9 @@ def _options(cache: rocksdict.Cache | None = None, write_buffer: int | None = No
     options.set_bottommost_zstd_max_train_bytes(_ZSTD_TRAIN_BYTES, True)
     options.set_max_total_wal_size(_MAX_WAL_BYTES)
     options.set_write_buffer_size(write_buffer or _WRITE_BUFFER_BYTES)
+    # Open a database's table files one after another: its files are few (a worker opens one store per partition),
+    # and the default pool of 16 threads, started and stopped on every open, cost more than the opening itself.
+    options.set_max_file_opening_threads(1)
     table = rocksdict.BlockBasedOptions()
     # Most lookups are for keys that do not exist yet (a new content's LSH buckets, a new content hash): a Bloom
     # filter answers those without reading any data block, however large the state grows.

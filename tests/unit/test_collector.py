@@ -27,6 +27,20 @@ def test_the_collector_resumes_after_the_block_even_when_it_raises():
         gc.enable()
 
 
+def test_a_frozen_block_leaves_what_it_made_out_of_the_collectors_reach():
+    assert gc.get_freeze_count() == 0
+    try:
+        with collector_paused(freeze=True):
+            assert not gc.isenabled()
+            kept = [[] for _ in range(1000)]
+        assert gc.isenabled()
+        assert gc.get_freeze_count() >= len(kept)
+        walked = {id(o) for generation in range(3) for o in gc.get_objects(generation=generation)}
+        assert not walked & {id(o) for o in kept}
+    finally:
+        gc.unfreeze()
+
+
 def test_an_embedded_batch_runs_its_handlers_with_the_collector_paused(monkeypatch):
     engine = Engine(EngineParams())
     seen = []

@@ -35,3 +35,20 @@ def test_a_command_that_runs_no_engine_imports_none_of_it(args):
 def test_the_commands_help_reads_no_settings():
     # Settings (pydantic-settings) are read before a command runs (and its own --help), not for the list of them.
     assert _loaded_after(["--help"], ("pydantic_settings", "streamdedup.settings")) == []
+
+
+def test_the_worker_loads_no_terminal_markup_or_file_reading_modules():
+    # A restarted worker is timed from its launch: it loads what it runs, and no more.
+    code = (
+        "import sys\n"
+        "from streamdedup.cli.main import app\n"
+        "from streamdedup.cli.worker import worker_command\n"
+        "from streamdedup.drivers.kafka.app import build_app, make_worker\n"
+        "from streamdedup.drivers.kafka.admin import check_engine_params, ensure_topics\n"
+        "unwanted = ('rich', 'markdown_it', 'streamdedup.drivers.jsonl', 'streamdedup.cli.kafka', 'numba')\n"
+        "print('loaded:' + ','.join(sorted(m for m in unwanted if m in sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert result.stdout.strip().splitlines()[-1] == "loaded:"

@@ -70,8 +70,7 @@ def test_the_worker_leaves_the_log_level_alone(tmp_path):
     # Faust's terminal spinner would turn the root logger to DEBUG, making every producer send build a record.
     import logging
 
-    from streamdedup.cli.kafka import make_worker
-    from streamdedup.drivers.kafka.app import build_app
+    from streamdedup.drivers.kafka.app import build_app, make_worker
 
     app, _ = build_app(Settings(data_dir=tmp_path))
     worker = make_worker(app, "warning")

@@ -359,3 +359,41 @@ def test_the_watchdog_recommits_a_committed_offset_that_stays_behind(tmp_path):
     assert asyncio.run(worker.check_commits()) == 1
     assert commits == [{STAGE_TP: 21}]
     assert "streamdedup_commit_repairs_total 1.0" in worker.metrics.render().decode()
+
+
+def test_the_stores_a_data_directory_holds_are_opened_ahead_of_the_assignment(tmp_path):
+    from streamdedup.core.params import EngineParams
+    from streamdedup.drivers.kafka.partitions import PartitionStores
+
+    before = PartitionStores(tmp_path, EngineParams())
+    before.commit({("band", 1, "k"): b"v", ("content", 0, "c"): b"w"}, {})
+    before.close()
+
+    again = PartitionStores(tmp_path, EngineParams())
+    again.open_found()
+    # Nothing was assigned or asked for by name: the keys are those of the stores it found and opened.
+    assert again.keys("band") == [(1, "k")] and again.keys("content") == [(0, "c")]
+    again.keep_only([("band", 1), ("source", 2)])
+    assert sorted(again.partitions) == [("band", 1), ("source", 2)]
+    assert again.get("band", 1, "k") == b"v"
+    again.close()
+    again.close()  # closing again does nothing
+    with pytest.raises(StateError, match="closed"):
+        again.open("band", 1)
+
+
+def test_a_store_that_cannot_be_opened_ahead_fails_when_its_partition_is_assigned(tmp_path):
+    from streamdedup.core.params import EngineParams
+    from streamdedup.drivers.kafka.partitions import PartitionStores
+    from streamdedup.errors import StateMismatchError
+
+    built = PartitionStores(tmp_path, EngineParams(threshold=0.9))
+    built.open("band", 0)
+    built.close()
+
+    other = PartitionStores(tmp_path, EngineParams())
+    other.open_found()
+    assert other.keys("band") == []  # left closed, not half open
+    with pytest.raises(StateMismatchError, match="built with"):
+        other.keep_only([("band", 0)])
+    other.close()

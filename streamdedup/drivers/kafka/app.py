@@ -8,6 +8,8 @@ is no module-level app).
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 import faust
@@ -15,11 +17,12 @@ from faust.app.base import BootStrategy
 from faust.web import View
 
 from streamdedup.drivers.kafka.metrics import Metrics
+from streamdedup.drivers.kafka.partitions import PartitionStores
 from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.drivers.kafka.worker import StageWorker
 from streamdedup.settings import Settings
 
-__all__ = ["build_app"]
+__all__ = ["build_app", "make_worker"]
 
 
 class _NoKafka(BootStrategy):
@@ -32,8 +35,9 @@ class _App(faust.App):
     BootStrategy = _NoKafka
 
 
-def build_app(settings: Settings) -> tuple[faust.App, StageWorker]:
-    """Build the worker's Faust application and its stage worker from the settings."""
+def build_app(settings: Settings, stores: PartitionStores | None = None) -> tuple[faust.App, StageWorker]:
+    """Build the worker's Faust application and its stage worker from the settings (with ``stores``, the
+    worker's partition stores, when they are already being opened)."""
     names = TopicNames(settings.topic_prefix)
     app = _App(
         f"{names.group}-app",
@@ -45,7 +49,7 @@ def build_app(settings: Settings) -> tuple[faust.App, StageWorker]:
         autodiscover=False,
     )
     metrics = Metrics()
-    worker = StageWorker(settings, metrics, on_crash=app.crash)
+    worker = StageWorker(settings, metrics, on_crash=app.crash, stores=stores)
     app.add_dependency(worker)
 
     async def metrics_page(web: Any, request: Any) -> Any:
@@ -71,3 +75,17 @@ def _add_page(app: faust.App, path: str, handler: Any) -> None:
     view.view_name = handler.__name__
     view.view_path = path
     app.web.add_view(view)
+
+
+class _Worker(faust.Worker):
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        """Leave the root logger at ``level``.
+
+        Faust's terminal spinner would turn it to DEBUG so that every record moves the spinner: every Kafka send
+        would then build a debug record that is thrown away.
+        """
+
+
+def make_worker(app: faust.App, loglevel: str) -> faust.Worker:
+    """Return the Faust worker of ``app``, logging at ``loglevel`` (and no lower)."""
+    return _Worker(app, loglevel=loglevel, redirect_stdouts=False, quiet=not sys.stdout.isatty())

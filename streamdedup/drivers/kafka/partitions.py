@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,10 +35,11 @@ from streamdedup.errors import StateError
 from streamdedup.store.base import Transaction, check_params
 from streamdedup.store.rocksdb import RocksDBStore, shared_cache
 
-__all__ = ["PartitionStore", "PartitionStores", "RecoveryReport", "recover"]
+__all__ = ["STORES_DIR", "PartitionStore", "PartitionStores", "RecoveryReport", "recover"]
 
 logger = logging.getLogger(__name__)
 
+STORES_DIR = "partitions"  # under a worker's data directory
 APPLIED_KEY = "applied-offset"
 CHANGELOG_KEY = "changelog-offset"
 _WRITE_BUFFER_BYTES = 8 * 1024 * 1024  # many stores share a worker's memory
@@ -126,11 +128,49 @@ class PartitionStores:
         self.partitions: dict[tuple[str, int], PartitionStore] = {}
         self._meta: RocksDBStore | None = None
         self._closed = False
+        self._opening: threading.Thread | None = None
+        self._found: dict[tuple[str, int], PartitionStore] = {}
+
+    def open_found(self) -> None:
+        """Start opening, in a thread, every partition store the data directory holds.
+
+        A restarted worker is mostly given the partitions it had, and RocksDB opens a store without holding the
+        interpreter: the opening overlaps the rest of the worker's start instead of following its assignment.
+        Every other method waits for the thread first. A store that fails to open here is opened again, and its
+        error raised, when its partition is assigned.
+        """
+        if self._opening is not None or self._closed:
+            return
+        found = []
+        for path in sorted(self.root.glob("*-*")) if self.root.is_dir() else ():
+            stage, _, partition = path.name.rpartition("-")
+            if path.is_dir() and partition.isdigit():
+                found.append((stage, int(partition)))
+        self._opening = threading.Thread(
+            target=self._open_each, args=(found,), name="open-stores", daemon=True
+        )
+        self._opening.start()
+
+    def _open_each(self, found: list[tuple[str, int]]) -> None:
+        for stage, partition in found:
+            try:
+                self._found[(stage, partition)] = PartitionStore(self.root, stage, partition, self.params)
+            except Exception as exc:  # raised again when the partition is assigned
+                logger.debug("could not open %s-%d ahead of its assignment: %r", stage, partition, exc)
+
+    def _opened(self) -> None:
+        """Wait for the stores :meth:`open_found` is opening, and take them."""
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+            self.partitions.update(self._found)
+            self._found = {}
 
     def open(self, stage: str, partition: int) -> PartitionStore:
         """Return the store of a stage partition, opening it if needed."""
         if self._closed:
             raise StateError(f"the state at {self.root} is closed")
+        self._opened()
         store = self.partitions.get((stage, partition))
         if store is None:
             store = self.partitions[(stage, partition)] = PartitionStore(
@@ -141,6 +181,7 @@ class PartitionStores:
     def keep_only(self, wanted: Iterable[tuple[str, int]]) -> None:
         """Close the stores of every partition not in ``wanted`` and open the others."""
         wanted = set(wanted)
+        self._opened()
         for address in list(self.partitions):
             if address not in wanted:
                 self.partitions.pop(address).close()
@@ -175,6 +216,7 @@ class PartitionStores:
 
     def keys(self, stage: str) -> list[tuple[int, str]]:
         """Return the (partition, key) pairs of a stage over the open partition stores, in order."""
+        self._opened()
         return sorted(
             k for (s, _), store in self.partitions.items() if s == stage for k in store.store.keys(s)
         )
@@ -187,7 +229,9 @@ class PartitionStores:
         return self._meta
 
     def close(self) -> None:
-        """Close every store."""
+        """Close every store (again: nothing)."""
+        if self._closed:
+            return
         self.keep_only(())
         if self._meta is not None:
             self._meta.close()

@@ -52,7 +52,7 @@ from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.drivers.kafka.changelog import headers as call_headers
 from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
 from streamdedup.drivers.kafka.metrics import Metrics
-from streamdedup.drivers.kafka.partitions import PartitionStore, PartitionStores, recover
+from streamdedup.drivers.kafka.partitions import STORES_DIR, PartitionStore, PartitionStores, recover
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.errors import InvalidEventError, StateError
 from streamdedup.settings import Settings
@@ -93,6 +93,7 @@ class StageWorker(mode.Service):
         metrics: Metrics,
         *,
         on_crash: Callable[[BaseException], Awaitable[None]] | None = None,
+        stores: PartitionStores | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -103,10 +104,10 @@ class StageWorker(mode.Service):
         self.limits = settings.event_limits()
         self.names = TopicNames(settings.topic_prefix)
         self.faults = FaultPoints(settings.fault_kill_at)
-        self.root = Path(settings.data_dir) / "partitions"
+        self.root = Path(settings.data_dir) / STORES_DIR
         self._stage_of = {self.names.stage(stage): stage for stage in STAGES}
         self._output_topics = {topic: self.names.output(topic) for topic in OUTPUT_TOPICS}
-        self.stores = PartitionStores(self.root, settings.engine_params())
+        self.stores = stores if stores is not None else PartitionStores(self.root, settings.engine_params())
         self.recovering = True
         self._lock = asyncio.Lock()
         self._instance = uuid.uuid4().hex[:12]

@@ -1,0 +1,42 @@
+"""The ``worker`` command: the streaming service.
+
+A restarted worker should be back at work soon after its launch, and most of its start is loading modules. So it
+starts opening the partition stores its data directory holds, in a thread, before it loads the rest (RocksDB
+opens without holding the interpreter), and loads modules with the cyclic garbage collector paused: module
+loading makes a great many objects and no garbage, and each pass of the collector would walk them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from streamdedup.drivers.collector import collector_paused
+from streamdedup.drivers.kafka.partitions import STORES_DIR, PartitionStores
+
+if TYPE_CHECKING:
+    from streamdedup.settings import Settings
+
+__all__ = ["worker_command"]
+
+
+def worker_command(settings: Settings, loglevel: str) -> None:
+    """Create the topics, check the engine parameters, and run the Faust worker until it is stopped."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    stores = PartitionStores(Path(settings.data_dir) / STORES_DIR, settings.engine_params())
+    stores.open_found()
+    try:
+        with collector_paused(freeze=True):
+            from streamdedup.drivers.kafka.admin import check_engine_params, ensure_topics
+            from streamdedup.drivers.kafka.app import build_app, make_worker
+
+            async def prepare() -> None:
+                await ensure_topics(settings)
+                await check_engine_params(settings)
+
+            asyncio.run(prepare())
+            app, _ = build_app(settings, stores)
+        make_worker(app, loglevel).execute_from_commandline()
+    finally:
+        stores.close()
