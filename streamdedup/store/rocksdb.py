@@ -80,9 +80,12 @@ def _options(cache: rocksdict.Cache | None = None, write_buffer: int | None = No
 _PREFIXES = tuple(p.to_bytes(2, "big") for p in range(256))
 
 
+def _prefix(partition: int) -> bytes:
+    return _PREFIXES[partition] if partition < 256 else partition.to_bytes(2, "big")
+
+
 def _address(partition: int, key: str) -> bytes:
-    prefix = _PREFIXES[partition] if partition < 256 else partition.to_bytes(2, "big")
-    return prefix + key.encode("utf-8")
+    return _prefix(partition) + key.encode("utf-8")
 
 
 @contextmanager
@@ -166,7 +169,8 @@ class RocksDBStore:
 
     def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
         """Return the values of many keys of a stage partition, in order, with one multi-get."""
-        values: list[bytes | None] = self._family(stage).get([_address(partition, key) for key in keys]) or []
+        prefix = _prefix(partition)
+        values: list[bytes | None] = self._family(stage).get([prefix + key.encode() for key in keys]) or []
         return [None if v is None else bytes(v) for v in values]
 
     def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
@@ -194,7 +198,7 @@ class RocksDBStore:
         batch = rocksdict.WriteBatch(raw_mode=True)
         put, delete, handles = batch.put, batch.delete, self._handles
         for (stage, partition, key), value in changes.items():
-            address = _address(partition, key)
+            address = (_PREFIXES[partition] if partition < 256 else _prefix(partition)) + key.encode()
             if value is None:
                 delete(address, handles[stage])
             else:
@@ -209,7 +213,7 @@ class RocksDBStore:
         """Like :meth:`commit` for one stage partition, with keys already UTF-8 (a changelog's replay)."""
         self._family(_META)
         handle = self._handles[stage]
-        prefix = partition.to_bytes(2, "big")
+        prefix = _prefix(partition)
         batch = rocksdict.WriteBatch(raw_mode=True)
         for key, value in writes.items():
             if value is None:

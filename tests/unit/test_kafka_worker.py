@@ -397,3 +397,29 @@ def test_a_store_that_cannot_be_opened_ahead_fails_when_its_partition_is_assigne
     with pytest.raises(StateMismatchError, match="built with"):
         other.keep_only([("band", 0)])
     other.close()
+
+
+def test_a_round_decodes_and_handles_with_the_collector_paused(tmp_path, monkeypatch):
+    import gc
+
+    import streamdedup.drivers.kafka.worker as worker_module
+
+    seen: list[tuple[str, bool]] = []
+    decode = worker_module.decode_batch
+
+    def observed_decode(data: bytes) -> Any:
+        seen.append(("decode", gc.isenabled()))
+        return decode(data)
+
+    def handle(stage: str, messages: list[BandJoin], state: Any) -> list[Any]:
+        seen.append(("handle", gc.isenabled()))
+        return band_handler()(stage, messages, state)
+
+    monkeypatch.setattr(worker_module, "decode_batch", observed_decode)
+    logs = Logs()
+    worker = make_worker(tmp_path, logs, handle)
+    store = open_store(worker)
+    assert gc.isenabled()
+    asyncio.run(worker._round({STAGE_TP: [records(10, 1, 2)]}))
+    assert seen == [("decode", False), ("handle", False)]
+    assert gc.isenabled() and store.applied == 10
