@@ -9,11 +9,10 @@ loading makes a great many objects and no garbage, and each pass of the collecto
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streamdedup.drivers.collector import collector_paused
-from streamdedup.drivers.kafka.partitions import STORES_DIR, PartitionStores
+from streamdedup.drivers.kafka.partitions import PartitionStores
 
 if TYPE_CHECKING:
     from streamdedup.settings import Settings
@@ -24,7 +23,7 @@ __all__ = ["worker_command"]
 def worker_command(settings: Settings, loglevel: str) -> None:
     """Create the topics, check the engine parameters, and run the Faust worker until it is stopped."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    stores = PartitionStores(Path(settings.data_dir) / STORES_DIR, settings.engine_params())
+    stores = PartitionStores.of_worker(settings.data_dir, settings.engine_params())
     stores.open_found()
     try:
         with collector_paused(freeze=True):

@@ -198,7 +198,7 @@ class RocksDBStore:
         batch = rocksdict.WriteBatch(raw_mode=True)
         put, delete, handles = batch.put, batch.delete, self._handles
         for (stage, partition, key), value in changes.items():
-            address = (_PREFIXES[partition] if partition < 256 else _prefix(partition)) + key.encode()
+            address = _prefix(partition) + key.encode()
             if value is None:
                 delete(address, handles[stage])
             else:

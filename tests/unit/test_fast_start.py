@@ -8,23 +8,27 @@ import pytest
 HEAVY = ("numba", "numpy", "streamdedup.core.engine", "rocksdict", "aiokafka", "faust")
 
 
-def _loaded_after(args: list[str], modules: tuple[str, ...]) -> list[str]:
-    """Run the CLI with ``args`` in a fresh interpreter; return which of ``modules`` it imported."""
-    code = (
-        "import sys\n"
-        "from streamdedup.cli.main import app\n"
-        "try:\n"
-        f"    app({args!r})\n"
-        "except SystemExit as exit:\n"
-        "    assert exit.code in (0, None), exit.code\n"
-        f"print('loaded:' + ','.join(sorted(m for m in {modules!r} if m in sys.modules)))\n"
-    )
+def _loaded_by(code: str, modules: tuple[str, ...]) -> list[str]:
+    """Run ``code`` in a fresh interpreter; return which of ``modules`` it imported."""
+    probe = f"{code}\nimport sys\nprint('loaded:' + ','.join(sorted(m for m in {modules!r} if m in sys.modules)))\n"
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("loaded:"), result.stdout
     return [m for m in last.removeprefix("loaded:").split(",") if m]
+
+
+def _loaded_after(args: list[str], modules: tuple[str, ...]) -> list[str]:
+    """Run the CLI with ``args`` in a fresh interpreter; return which of ``modules`` it imported."""
+    code = (
+        "from streamdedup.cli.main import app\n"
+        "try:\n"
+        f"    app({args!r})\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code in (0, None), exit.code"
+    )
+    return _loaded_by(code, modules)
 
 
 @pytest.mark.parametrize("args", [["--help"], ["config"], ["run", "--help"], ["worker", "--help"]])
@@ -40,15 +44,10 @@ def test_the_commands_help_reads_no_settings():
 def test_the_worker_loads_no_terminal_markup_or_file_reading_modules():
     # A restarted worker is timed from its launch: it loads what it runs, and no more.
     code = (
-        "import sys\n"
         "from streamdedup.cli.main import app\n"
         "from streamdedup.cli.worker import worker_command\n"
         "from streamdedup.drivers.kafka.app import build_app, make_worker\n"
-        "from streamdedup.drivers.kafka.admin import check_engine_params, ensure_topics\n"
-        "unwanted = ('rich', 'markdown_it', 'streamdedup.drivers.jsonl', 'streamdedup.cli.kafka', 'numba')\n"
-        "print('loaded:' + ','.join(sorted(m for m in unwanted if m in sys.modules)))\n"
+        "from streamdedup.drivers.kafka.admin import check_engine_params, ensure_topics"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert result.stdout.strip().splitlines()[-1] == "loaded:"
+    unwanted = ("rich", "markdown_it", "streamdedup.drivers.jsonl", "streamdedup.cli.kafka", "numba")
+    assert _loaded_by(code, unwanted) == []

@@ -35,11 +35,11 @@ from streamdedup.errors import StateError
 from streamdedup.store.base import Transaction, check_params
 from streamdedup.store.rocksdb import RocksDBStore, shared_cache
 
-__all__ = ["STORES_DIR", "PartitionStore", "PartitionStores", "RecoveryReport", "recover"]
+__all__ = ["PartitionStore", "PartitionStores", "RecoveryReport", "recover"]
 
 logger = logging.getLogger(__name__)
 
-STORES_DIR = "partitions"  # under a worker's data directory
+_STORES_DIR = "partitions"  # under a worker's data directory
 APPLIED_KEY = "applied-offset"
 CHANGELOG_KEY = "changelog-offset"
 _WRITE_BUFFER_BYTES = 8 * 1024 * 1024  # many stores share a worker's memory
@@ -130,6 +130,11 @@ class PartitionStores:
         self._closed = False
         self._opening: threading.Thread | None = None
         self._found: dict[tuple[str, int], PartitionStore] = {}
+
+    @classmethod
+    def of_worker(cls, data_dir: Path, params: EngineParams) -> PartitionStores:
+        """Return the partition stores of a worker whose data directory is ``data_dir`` (none opened yet)."""
+        return cls(Path(data_dir) / _STORES_DIR, params)
 
     def open_found(self) -> None:
         """Start opening, in a thread, every partition store the data directory holds.

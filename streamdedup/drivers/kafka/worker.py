@@ -33,7 +33,6 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import mode
@@ -52,7 +51,7 @@ from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.drivers.kafka.changelog import headers as call_headers
 from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
 from streamdedup.drivers.kafka.metrics import Metrics
-from streamdedup.drivers.kafka.partitions import STORES_DIR, PartitionStore, PartitionStores, recover
+from streamdedup.drivers.kafka.partitions import PartitionStore, PartitionStores, recover
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.errors import InvalidEventError, StateError
 from streamdedup.settings import Settings
@@ -104,10 +103,14 @@ class StageWorker(mode.Service):
         self.limits = settings.event_limits()
         self.names = TopicNames(settings.topic_prefix)
         self.faults = FaultPoints(settings.fault_kill_at)
-        self.root = Path(settings.data_dir) / STORES_DIR
         self._stage_of = {self.names.stage(stage): stage for stage in STAGES}
         self._output_topics = {topic: self.names.output(topic) for topic in OUTPUT_TOPICS}
-        self.stores = stores if stores is not None else PartitionStores(self.root, settings.engine_params())
+        self.stores = (
+            stores
+            if stores is not None
+            else PartitionStores.of_worker(settings.data_dir, settings.engine_params())
+        )
+        self.root = self.stores.root
         self.recovering = True
         self._lock = asyncio.Lock()
         self._instance = uuid.uuid4().hex[:12]
