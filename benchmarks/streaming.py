@@ -278,6 +278,7 @@ class _Workers:
         """Wait until the consumer group is stable with every worker in it and every worker is healthy (its
         partition stores recovered) holding every stage partition, so no rebalance falls in a timed run."""
         from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.errors import GroupCoordinatorNotAvailableError
 
         async def state() -> tuple[str, int]:
             admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
@@ -289,8 +290,14 @@ class _Workers:
             finally:
                 await admin.close()
 
+        def current() -> tuple[str, int]:
+            try:
+                return asyncio.run(state())
+            except GroupCoordinatorNotAvailableError:  # a new broker elects the coordinator on first use
+                return "no coordinator yet", 0
+
         deadline = time.monotonic() + timeout
-        while asyncio.run(state()) != ("Stable", len(self.processes)):
+        while current() != ("Stable", len(self.processes)):
             if time.monotonic() > deadline:
                 raise TimeoutError("the worker group did not settle")
             time.sleep(0.5)
