@@ -1,10 +1,12 @@
 import unicodedata
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from streamdedup.core.normalize import _words_by_pattern, content_hash, normalize, words
+from streamdedup.core.state import ContentRecord
 
 
 def test_collapses_whitespace_case_and_edge_punctuation():
@@ -86,3 +88,19 @@ _ASCII = st.text(
 def test_the_ascii_path_splits_words_as_the_unicode_pattern_does(text):
     assert words(text) == _words_by_pattern(text)
     assert words(text + "\u00e9") == _words_by_pattern(text + "\u00e9")
+
+
+@given(st.text(), st.booleans())
+def test_a_content_keeps_its_normal_form_once_and_only_where_the_text_does_not_give_it(text, normalized):
+    # A content stores its normalized text only when normalizing the original text would not give it back; a text
+    # that is its own normal form (pre-chunked, normalized input) takes the shortcut, with the same outcome.
+    original = normalize(text) if normalized else text
+    norm = normalize(original)
+    record = ContentRecord()
+    record.set_texts(original, norm)
+    assert record.norm_stored == ""
+    stored = msgspec.msgpack.decode(msgspec.msgpack.encode(record), type=ContentRecord)
+    assert stored.norm == norm
+    other = ContentRecord()
+    other.set_texts(original, norm + " x")  # a normal form the text does not give (another chunker's, say)
+    assert msgspec.msgpack.decode(msgspec.msgpack.encode(other), type=ContentRecord).norm == norm + " x"
