@@ -21,7 +21,8 @@ the same feed (documents of five real Django chunks each, pre-chunked upserts):
 7. one more one-worker run under py-spy, to say where the worker's time goes.
 
 Workers are timed only once every one of them is in a stable group and healthy (``/health`` answers 503 while a
-worker recovers its partition stores), so no rebalance or recovery falls in a timed window.
+worker recovers its partition stores) and has loaded its compiled kernels (``/health`` says ``compiled_kernels``;
+a worker loads them once idle for a second), so no rebalance, recovery or kernel loading falls in a timed window.
 """
 
 from __future__ import annotations
@@ -303,6 +304,12 @@ class _Workers:
             time.sleep(0.5)
         time.sleep(0.5)  # the assignment reaches the members just after the group turns stable
         self.wait_ready(timeout, assigned=len(STAGES) * settings.partitions)
+        # A worker loads its compiled kernels once idle for a second, in a thread: a run that starts before that
+        # would time the loading (imports holding the interpreter) and the NumPy kernel instead of the steady state.
+        while not all(h is not None and h.get("compiled_kernels") for h in self.health()):
+            if time.monotonic() > deadline:
+                raise TimeoutError("the workers did not load their compiled kernels")
+            time.sleep(0.25)
 
     def cpu_seconds(self) -> list[float]:
         return [_cpu_seconds(p.pid) for p in self.processes]

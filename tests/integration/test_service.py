@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,8 @@ def test_example_view_equals_the_embedded_run(deployment, engine):
     assert len(view.chunks) == 12
     # The example's small batches went through the NumPy kernel; once idle, the worker loads the compiled ones.
     worker.wait_for_log("compiled kernels loaded in")
+    with urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/health", timeout=10) as response:
+        assert json.loads(response.read())["compiled_kernels"] is True
 
 
 def test_deletion_propagates_and_replays_change_nothing(deployment, engine):
