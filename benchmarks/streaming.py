@@ -260,16 +260,21 @@ class _Workers:
                 out.append(None)
         return out
 
-    def wait_ready(self, timeout: float = 180, assigned: int | None = None) -> float:
+    def wait_ready(self, timeout: float = 180, assigned: int | None = None, compiled: bool = False) -> float:
         """Wait until every worker answers /health with 200 (and, given ``assigned``, they hold that many stage
-        partitions between them); return the time it happened (``time.perf_counter``)."""
+        partitions between them; with ``compiled``, each has loaded its compiled kernels); return the time it
+        happened (``time.perf_counter``)."""
         deadline = time.monotonic() + timeout
         while True:
             for process in self.processes:
                 if process.poll() is not None:
                     raise RuntimeError(f"a worker exited with {process.returncode} before it was ready")
             found = self.health()
-            if all(found) and (assigned is None or sum(h["assigned"] for h in found if h) == assigned):
+            if (
+                all(found)
+                and (assigned is None or sum(h["assigned"] for h in found if h) == assigned)
+                and (not compiled or all(h and h.get("compiled_kernels") for h in found))
+            ):
                 return time.perf_counter()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the workers did not become ready: {found}")
@@ -277,7 +282,8 @@ class _Workers:
 
     def wait_stable(self, settings: Settings, timeout: float = 180) -> None:
         """Wait until the consumer group is stable with every worker in it and every worker is healthy (its
-        partition stores recovered) holding every stage partition, so no rebalance falls in a timed run."""
+        partition stores recovered, compiled kernels loaded) holding every stage partition, so no rebalance falls
+        in a timed run."""
         from aiokafka.admin import AIOKafkaAdminClient
         from aiokafka.errors import GroupCoordinatorNotAvailableError
 
@@ -303,13 +309,9 @@ class _Workers:
                 raise TimeoutError("the worker group did not settle")
             time.sleep(0.5)
         time.sleep(0.5)  # the assignment reaches the members just after the group turns stable
-        self.wait_ready(timeout, assigned=len(STAGES) * settings.partitions)
         # A worker loads its compiled kernels once idle for a second, in a thread: a run that starts before that
         # would time the loading (imports holding the interpreter) and the NumPy kernel instead of the steady state.
-        while not all(h is not None and h.get("compiled_kernels") for h in self.health()):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the workers did not load their compiled kernels")
-            time.sleep(0.25)
+        self.wait_ready(timeout, assigned=len(STAGES) * settings.partitions, compiled=True)
 
     def cpu_seconds(self) -> list[float]:
         return [_cpu_seconds(p.pid) for p in self.processes]
