@@ -14,7 +14,10 @@
    requested number of chunk positions: 30% exact copies of an earlier generated chunk, 10% near copies (one word
    changed) of an earlier one (drawn from a reservoir of 50,000), 60% new text (the first half of one real
    chunk and the second half of another, one word changed). Throughput and resident memory are recorded for
-   every 50,000 chunks.
+   every 50,000 chunks. After each window the run also times a fixed piece of work of the same kind on a new
+   in-memory state (the same 1,000 positions through a new engine, best of two): the machine's speed at that
+   moment, which on a shared machine drifts during a run of several minutes. The throughput ratio is reported
+   as measured and at the machine's speed of each window (scaled by how much slower the fixed work ran).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.store.memory import MemoryStore
 from streamdedup.store.rocksdb import RocksDBStore
 
 BATCH = 256
@@ -159,10 +163,34 @@ def _edit(rng: random.Random, text: str, count: int, vocabulary: list[str]) -> s
     return " ".join(words)
 
 
+def _fixed_work(pool: list[str]) -> float:
+    """Return the seconds that the same 1,000 positions take through a new engine on a new in-memory state.
+
+    Nothing in it grows with the growth run's state, so its time tracks the machine's speed alone (best of two).
+    """
+    events = [
+        UpsertEvent(
+            source_id=f"fixed-{doc:04d}",
+            version=1,
+            attrs=SourceAttrs(acl=("*",), modified_at=1_700_000_000_000_000 + doc),
+            chunks=tuple(pool[(doc * 10 + i) * 7 % len(pool)] for i in range(10)),
+        )
+        for doc in range(100)
+    ]
+    best = float("inf")
+    for _ in range(2):
+        runner = EmbeddedRunner(Engine(EngineParams()), MemoryStore())
+        start = time.perf_counter()
+        runner.process(events, _discard)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def _growth(workdir: Path, target: int) -> dict[str, Any]:
     rng = random.Random(7)
     pool = sorted({c for c in django_chunks() if len(c.split()) >= 8})
     vocabulary = sorted({w for c in pool for w in c.split() if w.isalpha()})
+    _fixed_work(pool)  # its first run compiles and loads what later ones reuse
     engine = Engine(EngineParams())
     stage_seconds: collections.Counter[str] = collections.Counter()
     time_stages(engine, stage_seconds)
@@ -202,13 +230,17 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
         if done - window_done >= WINDOW:
             now = time.perf_counter()
             rate = (done - window_done) / (now - window_start)
+            fixed = _fixed_work(pool)
             windows.append(
                 {"chunks": done, "chunks_per_second": rate, "rss_bytes": rss_bytes(),
-                 "stage_seconds": dict(stage_seconds)}
+                 "stage_seconds": dict(stage_seconds), "fixed_work_seconds": fixed}
             )  # fmt: skip
             stage_seconds.clear()
-            print(f"  {done:>9,} chunks: {rate:8,.0f} chunks/s, RSS {rss_bytes() / 2**20:,.0f} MiB")
-            window_start, window_done = now, done
+            print(
+                f"  {done:>9,} chunks: {rate:8,.0f} chunks/s, RSS {rss_bytes() / 2**20:,.0f} MiB, "
+                f"fixed work {fixed:.3f} s"
+            )
+            window_start, window_done = time.perf_counter(), done
     counters = runner.counters
     disk = store.disk_bytes()
     store.close()
@@ -221,6 +253,11 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
         "near": counters.near,
         "disk_bytes": disk,
         "throughput_ratio_end_to_start": last["chunks_per_second"] / first["chunks_per_second"],
+        # The same ratio with each window's rate scaled to the machine's speed of the first window.
+        "throughput_ratio_end_to_start_at_machine_speed": (
+            (last["chunks_per_second"] / first["chunks_per_second"])
+            * (last["fixed_work_seconds"] / first["fixed_work_seconds"])
+        ),
         "rss_ratio_end_to_start": last["rss_bytes"] / first["rss_bytes"],
         "state_ratio_end_to_start": last["chunks"] / first["chunks"],
     }
