@@ -227,9 +227,10 @@ def _growth_rows(windows: list[dict[str, Any]]) -> list[str]:
             row += f" {w['fixed_work_seconds']:.3f} | {ratio * speed:.2f} |"
         rows.append(row)
     note = (
-        ["", "Fixed work: the same 1,000 positions through a new engine on a new in-memory state after each window "
-         "(best of two), which nothing in the growing state touches; a window's rate at the machine's speed is "
-         "its rate times how much longer the fixed work took than after the first window."]
+        ["", "Fixed work: the same 100 positions through the engine on a new in-memory state after every batch, "
+         "outside the window's time, summed over the window; nothing in the growing state touches it. A window's "
+         "rate at the machine's speed is its rate times how much longer the fixed work took than in the first "
+         "window."]
         if fixed
         else []
     )  # fmt: skip
