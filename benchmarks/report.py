@@ -382,6 +382,10 @@ def _streaming_traffic(result: dict[str, Any]) -> list[str]:
         f"| changelog records (`streamdedup_changelog_records_total`) | {metrics['changelog_records']:,.0f} | "
         f"{one['changelog_records_per_chunk']:.2f} |",
         f"| changelog topics' end offsets | {written['changelog']:,} | {written['changelog'] / chunks:.2f} |",
+        *(
+            f"| … of changelog `{name}` | {n:,} | {n / chunks:.2f} |"
+            for name, n in written.get("changelog_by_stage", {}).items()
+        ),
         f"| stage topic records | {written['stage']:,} | {written['stage'] / chunks:.3f} |",
         f"| output topic records | {written['output']:,} | {written['output'] / chunks:.2f} |",
         *(

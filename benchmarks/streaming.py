@@ -349,12 +349,13 @@ def _wait_idle(settings: Settings, group: _Workers | None = None, timeout: float
     raise TimeoutError("the workers did not catch up")
 
 
-def _written(settings: Settings) -> tuple[dict[str, int], float]:
-    """Return how many records the workers wrote per kind of topic (changelog, stage, output), and the wall time
-    (``time.time``) of the last one: the largest timestamp among the last records of those topics."""
+def _written(settings: Settings) -> tuple[dict[str, Any], float]:
+    """Return how many records the workers wrote per kind of topic (changelog, stage, output) and per stage's
+    changelog (``changelog_by_stage``), and the wall time (``time.time``) of the last one: the largest timestamp
+    among the last records of those topics."""
     from streamdedup.drivers.kafka.admin import partitions_of
 
-    async def count() -> tuple[dict[str, int], float]:
+    async def count() -> tuple[dict[str, Any], float]:
         prefix = settings.topic_prefix
         consumer = AIOKafkaConsumer(
             bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False,
@@ -364,7 +365,8 @@ def _written(settings: Settings) -> tuple[dict[str, int], float]:
         try:
             topics = [t for t in await consumer.topics() if t.startswith(prefix)]
             found = await partitions_of(settings, topics)
-            kinds = {"changelog": 0, "stage": 0, "output": 0}
+            kinds: dict[str, Any] = {"changelog": 0, "stage": 0, "output": 0}
+            by_stage: dict[str, int] = {}
             lasts: list[TopicPartition] = []
             ends_all: dict[TopicPartition, int] = {}
             for topic in topics:
@@ -372,6 +374,8 @@ def _written(settings: Settings) -> tuple[dict[str, int], float]:
                 name = topic[len(prefix) :]
                 if name.endswith("-changelog"):
                     kinds["changelog"] += sum(ends.values())
+                    stage = name.removesuffix("-changelog")
+                    by_stage[stage] = by_stage.get(stage, 0) + sum(ends.values())
                 elif name.startswith("stage-"):
                     kinds["stage"] += sum(ends.values())
                 elif name not in ("documents", "engine-params", "dlq"):
@@ -380,6 +384,7 @@ def _written(settings: Settings) -> tuple[dict[str, int], float]:
                     continue
                 lasts += [tp for tp, end in ends.items() if end > 0]
                 ends_all.update(ends)
+            kinds["changelog_by_stage"] = dict(sorted(by_stage.items()))
             last = 0.0
             if lasts:
                 consumer.assign(lasts)
