@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 OUT := out
 
 .PHONY: setup example test lint chromium clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state \
-	bench-popularity bench-dense bench-retrieval bench-index bench-report
+	bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-report
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -59,11 +59,13 @@ bench-retrieval: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.retrieval
 bench-index: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.index
+bench-floor: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.floor --peer
 ## Rewrite docs/benchmarks.md from benchmarks/results/*.json without running anything.
 bench-report: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.report
 bench: bench-signatures bench-profile bench-engine bench-streaming bench-state bench-popularity bench-dense \
-	bench-retrieval bench-index
+	bench-retrieval bench-index bench-floor
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis

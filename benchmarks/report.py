@@ -619,9 +619,9 @@ def _profile(lines: list[str]) -> None:
         "What limits the engine: not signatures (one compiled pass, under a microsecond per chunk) but the Python",
         "work per message and per state record around them. Each new distinct text costs a handful of messages",
         "between stages and one LSH bucket read-modify-write per band (21 with the default banding), each record",
-        "decoded and encoded with msgspec and read from and written to RocksDB. That per-message cost, tens of",
-        "microseconds, is what the stage design pays for running the same handlers under any partitioning;",
-        "reaching half of the signature rate would need the stages themselves in native code.",
+        "decoded and encoded with msgspec and read from and written to RocksDB. The floors below measure the",
+        "bucket records alone: on both feeds measured they cost more CPU than the whole of datasketch's",
+        "signature step, however lean the code around them.",
         "",
     ]
 
@@ -869,6 +869,67 @@ def _index_replay(replay: dict[str, Any], cli_seconds: float) -> list[str]:
     ]
 
 
+_FLOOR_ROWS = {
+    "engine": "the engine, embedded (RocksDB state)",
+    "exact": "floor `exact`: hash, one record per document and per text",
+    "lsh_rocksdb": "floor `lsh_rocksdb`: also LSH buckets, one record each (as the engine keeps them)",
+    "lsh_memory": "floor `lsh_memory`: also LSH buckets, in a dict in memory with a log record per batch",
+    "lsh_sorted": "floor `lsh_sorted`: the same, as sorted NumPy runs looked up a batch at a time",
+    "datasketch_bulk": "datasketch `MinHash.bulk` signatures alone (the engine benchmark's baseline)",
+    "quix_peer": "the Quix Streams peer after its startup, Kafka included (the streaming benchmark's)",
+}
+_FEED_TITLES = {
+    "streaming": "the streaming benchmark's feed (pre-chunked documents of five Django chunks)",
+    "django": "the docs of five Django releases (text upserts, the engine benchmark's feed)",
+}
+
+
+def _floor(lines: list[str]) -> None:
+    result = _load("floor")
+    if result is None:
+        lines += ["Not run yet: `python -m benchmarks.floor`.", ""]
+        return
+    lines += [
+        f"Machine: {_machine(result)}. Command: `{result['command']}`.",
+        "",
+        "A floor is a plain loop doing only the storage work the engine cannot avoid, on the project's RocksDB",
+        "store with the engine's chunker, normalization and signature kernel, in batches of "
+        f"{result['batch']} documents: no verification, ACLs, versions, deletions, canonical choice or output",
+        "records (`benchmarks/floor.py` says exactly what each does; `make bench-floor` adds the Quix peer's row).",
+        "CPU time per input chunk, each contender's",
+        f"least of {result['repeat']} interleaved runs:",
+        "",
+    ]
+    for feed, found in result["feeds"].items():
+        per_chunk = found["cpu_us_per_chunk"]
+        counts = found["counts"].get("lsh_rocksdb", {})
+        lines += [
+            f"**{_FEED_TITLES.get(feed, feed)}**: {found['chunks']:,} chunks, {counts.get('new_texts', 0):,} "
+            f"distinct texts, {counts.get('candidates', 0):,} bucket candidates",
+            "",
+            "| | CPU µs per chunk | engine / this | this / datasketch bulk | this / Quix peer |",
+            "|---|---:|---:|---:|---:|",
+            *(
+                f"| {label} | {per_chunk[name]:,.1f} | {per_chunk['engine'] / per_chunk[name]:.2f} | "
+                f"{per_chunk[name] / per_chunk['datasketch_bulk']:.2f} | "
+                + (f"{per_chunk[name] / per_chunk['quix_peer']:.2f} |" if "quix_peer" in per_chunk else " |")
+                for name, label in _FLOOR_ROWS.items()
+                if name in per_chunk
+            ),
+            "",
+        ]
+    lines += [
+        "Reading it: a target that asks the engine to beat a baseline is out of reach for every implementation",
+        "whose floor alone costs more CPU than the baseline (`this / datasketch bulk` or `this / Quix peer` above 1;",
+        "the floors have no Kafka, so beside the peer they flatter the worker). The buckets as one RocksDB",
+        "record each are such a design on both feeds; the same buckets in memory are not. `engine / this` against",
+        "`lsh_rocksdb`, the floor of the engine's own design, is what trimming could still give. On the Django",
+        "feed, where four chunks in five are copies, the in-memory buckets add a few µs a chunk, less than the",
+        "noise between runs, so their rows can come out below `exact`.",
+        "",
+    ]
+
+
 SECTIONS = [
     ("Signatures", _signatures),
     ("Where the time goes", _profile),
@@ -879,6 +940,7 @@ SECTIONS = [
     ("State", _state),
     ("Retrieval", _retrieval),
     ("Index writer", _index),
+    ("Floors", _floor),
 ]
 
 
