@@ -31,7 +31,7 @@ __all__ = [
 POLICY_CRITERIA = ("authority", "modified_at", "length", "source_id")
 
 #: Version of the state layout and of the normalization and shingle-hash functions.
-STATE_FORMAT = 7
+STATE_FORMAT = 8
 
 
 def describe_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> str | None:

@@ -22,7 +22,6 @@ True
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import time
 from collections.abc import Sequence
@@ -240,9 +239,34 @@ class SignatureScheme:
 
     def band_keys(self, signature: Signature, bands: int, rows: int) -> list[str]:
         """Return the LSH bucket key of each band of ``signature``."""
-        raw = np.asarray(signature, dtype="<u4").tobytes()
-        width = 4 * rows
-        return [
-            f"{i:03d}{hashlib.blake2b(raw[i * width : (i + 1) * width], digest_size=8).hexdigest()}"
-            for i in range(bands)
-        ]
+        return self.band_keys_many(np.asarray(signature).reshape(1, -1), bands, rows)[0]
+
+    def band_keys_many(self, signatures: npt.NDArray[np.uint32], bands: int, rows: int) -> list[list[str]]:
+        """Return the LSH bucket keys of every signature row, all computed at once.
+
+        A key is the band's number (three digits) and a 64-bit hash of the band's ``rows`` values (16 hex digits):
+        each value is folded into a per-band seed with the 64-bit finalizer, so two signatures share a band's key
+        exactly when they agree on its rows (but for 64-bit collisions, which cost a verified candidate, never a
+        merge).
+        """
+        count = len(signatures)
+        values = np.asarray(signatures, dtype=np.uint64)[:, : bands * rows].reshape(count, bands, rows)
+        hashes = np.broadcast_to(_band_seeds(bands), (count, bands))
+        for row in range(rows):
+            hashes = _mix64_array(hashes ^ values[:, :, row])
+        digits = hashes.astype(">u8").tobytes().hex()
+        numbers = _band_numbers(bands) * count
+        starts = range(0, 16 * bands * count, 16)
+        keys = [number + digits[at : at + 16] for number, at in zip(numbers, starts, strict=True)]
+        return [keys[at : at + bands] for at in range(0, bands * count, bands)]
+
+
+def _band_seeds(bands: int) -> npt.NDArray[np.uint64]:
+    seeds: npt.NDArray[np.uint64] = _mix64_array(
+        (np.arange(bands, dtype=np.uint64) + _U64(1)) * _U64(_COMBINE)
+    )
+    return seeds
+
+
+def _band_numbers(bands: int) -> list[str]:
+    return [f"{band:03d}" for band in range(bands)]

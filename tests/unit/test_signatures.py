@@ -95,7 +95,33 @@ def test_band_keys_are_deterministic_and_per_band():
     signature = SCHEME.signatures(["one two three four five six seven"])[0][0]
     keys = SCHEME.band_keys(signature, 21, 6)
     assert keys == SCHEME.band_keys(signature.copy(), 21, 6)
-    assert len(set(keys)) == 21 and all(k.startswith(f"{i:03d}") for i, k in enumerate(keys))
+    assert len(set(keys)) == 21 and all(k.startswith(f"{i:03d}") and len(k) == 19 for i, k in enumerate(keys))
+    assert SCHEME.band_keys_many(np.empty((0, 128), dtype=np.uint32), 21, 6) == []
+
+
+_VALUES = st.integers(0, 3).map(lambda v: np.uint32(v * 0x9E3779B1 % 2**32))
+
+
+@given(st.lists(st.lists(_VALUES, min_size=12, max_size=12), min_size=1, max_size=12))
+def test_two_signatures_share_a_band_key_exactly_when_they_agree_on_its_rows(rows_of):
+    # 12 values in 4 bands of 3 rows, each value one of four: agreeing bands are common.
+    signatures = np.array(rows_of, dtype=np.uint32)
+    many = SCHEME.band_keys_many(signatures, 4, 3)
+    assert many == [
+        SCHEME.band_keys(signature, 4, 3) for signature in signatures
+    ]  # all at once, or one by one
+    for a, keys_a in zip(signatures, many, strict=True):
+        for b, keys_b in zip(signatures, many, strict=True):
+            for band in range(4):
+                same_rows = bool((a[3 * band : 3 * band + 3] == b[3 * band : 3 * band + 3]).all())
+                assert (keys_a[band] == keys_b[band]) == same_rows
+
+
+def test_band_keys_ignore_values_past_the_last_band():
+    signature = SCHEME.signatures(["one two three four five six seven"])[0][0]
+    changed = signature.copy()
+    changed[126:] += np.uint32(1)  # 21 bands of 6 rows use the first 126 of 128 values
+    assert SCHEME.band_keys(changed, 21, 6) == SCHEME.band_keys(signature, 21, 6)
 
 
 def _kernel_rows(kernel, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -64,15 +64,15 @@ class Discovery:
         """Compute the signatures of texts that came alive in this batch and join their bands."""
         scheme, params = self._scheme, self._params
         signatures, distinct = scheme.signatures([w.record.norm for w in born])
-        for work, signature, count, sketch in zip(
-            born, signatures, distinct, sketches(signatures), strict=True
-        ):
-            if count < params.min_shingles:
-                continue  # too short for near matching: exact copies only
+        indexed = distinct >= params.min_shingles  # shorter texts match exactly only
+        band_keys = iter(scheme.band_keys_many(signatures[indexed], params.bands, params.rows))
+        for work, long_enough, sketch in zip(born, indexed.tolist(), sketches(signatures), strict=True):
+            if not long_enough:
+                continue
             record = work.record
             record.indexed = True
             record.sketch = sketch
-            record.pending_bands = scheme.band_keys(signature, params.bands, params.rows)
+            record.pending_bands = next(band_keys)
             out.append(BandJoin(work.key, record.epoch, tuple(record.pending_bands)))
 
     def leave(self, key: str, record: ContentRecord) -> BandLeave:
