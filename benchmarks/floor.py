@@ -13,14 +13,20 @@ documents as ``streamdedup run`` takes them, with the chunker, normalization and
 1. ``exact``: each chunk normalized and hashed (SHA-256); one record per document (its content hashes) and one per
    distinct text (its text and at most 100 source positions), read with one multi-get and written with one
    commit per batch. This is the Quix peer's work, without Kafka.
-2. ``lsh_rocksdb``: ``exact``, and for each new distinct text its signature, its band keys and one record per LSH
-   bucket, as the engine keeps them: a multi-get of the buckets, the text's id added, the bucket written back.
-   The other ids in its buckets are its candidates (counted, not verified).
+2. ``lsh_rocksdb``: ``exact``, and for each new distinct text of at least ``min_shingles`` shingles (as the engine
+   does) its signature, its band keys and one record per LSH bucket, as the engine keeps them: a multi-get of
+   the buckets, the text's id added, the bucket written back. The other ids in its buckets are its candidates
+   (counted, not verified). Band keys are 64-bit hashes of each band's rows computed for the whole batch with
+   NumPy in every LSH floor, as the engine computes them, so the LSH floors differ only in where the buckets
+   live.
 3. ``lsh_memory``: the same, with the band index in memory (a dict from a 64-bit band hash to the ids in the
    bucket) and one record per batch holding the batch's new (band hash, id) pairs: what a band index that keeps
    its buckets in memory and persists a log of its changes would cost.
 4. ``lsh_sorted``: the same in-memory index and log, held as sorted NumPy runs of (band hash, id) merged like a
    binary counter, and looked up for a whole batch with ``searchsorted``: no Python work per bucket.
+
+Beside them, ``engine_bands_in_memory`` is the engine with its band family's records in a dict instead of RocksDB
+(nothing persisted): what any change to where the engine keeps its buckets could give it at most.
 
 No floor verifies candidates, keeps ACLs, versions or deletions, chooses canonicals or writes output records:
 a floor is below what any implementation of the event contract costs. The engine's CPU time over a floor's
@@ -40,7 +46,7 @@ import argparse
 import hashlib
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +125,7 @@ class _Floor:
         self.encode, self.decode = msgspec.msgpack.Encoder().encode, msgspec.msgpack.Decoder().decode
         self.buckets: dict[int, list[int]] = {}
         self.runs: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
-        self.new_texts = self.candidates = 0
+        self.new_texts = self.indexed = self.candidates = 0
 
     def run(self, events: list[UpsertEvent]) -> None:
         for number, batch in enumerate(_documents(events, self.params)):
@@ -163,12 +169,28 @@ class _Floor:
         self.new_texts += len(fresh)
         return fresh
 
+    def _band_hashes(self, fresh: list[Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Return the band hashes (texts x bands) and ids of the new texts long enough to join bands."""
+        signatures, distinct = self.scheme.signatures([text for _, text in fresh])
+        long_enough = distinct >= self.params.min_shingles
+        signatures = signatures[long_enough]
+        bands, rows = self.params.bands, self.params.rows
+        values = signatures[:, : bands * rows].astype(np.uint64).reshape(len(signatures), bands, rows)
+        hashes = np.zeros((len(signatures), bands), dtype=np.uint64)
+        for row in range(rows):
+            hashes = (hashes * _MIX) ^ values[:, :, row]
+        hashes ^= np.arange(bands, dtype=np.uint64) << np.uint64(56)
+        digests = [digest for (digest, _), keep in zip(fresh, long_enough.tolist(), strict=True) if keep]
+        self.indexed += len(digests)
+        return hashes, np.array([int(digest[:16], 16) for digest in digests], dtype=np.uint64)
+
     def _bands_in_store(self, fresh: list[Any], changes: dict[tuple[str, int, str], bytes | None]) -> None:
-        signatures, _ = self.scheme.signatures([text for _, text in fresh])
+        hashes, ids = self._band_hashes(fresh)
+        bands = self.params.bands
+        members = [member.to_bytes(8, "big") for member in ids.tolist()]
         joins = [
-            (key, bytes.fromhex(digest[:16]))
-            for (digest, _), signature in zip(fresh, signatures, strict=True)
-            for key in self.scheme.band_keys(signature, self.params.bands, self.params.rows)
+            (format(band_hash, "016x"), members[i // bands])
+            for i, band_hash in enumerate(hashes.ravel().tolist())
         ]
         keys = list(dict.fromkeys(key for key, _ in joins))
         buckets = {
@@ -183,14 +205,8 @@ class _Floor:
     def _bands_in_memory(
         self, fresh: list[Any], changes: dict[tuple[str, int, str], bytes | None], number: int
     ) -> None:
-        signatures, _ = self.scheme.signatures([text for _, text in fresh])
-        bands, rows = self.params.bands, self.params.rows
-        values = signatures[:, : bands * rows].astype(np.uint64).reshape(len(fresh), bands, rows)
-        hashes = np.zeros((len(fresh), bands), dtype=np.uint64)
-        for row in range(rows):
-            hashes = (hashes * _MIX) ^ values[:, :, row]
-        hashes ^= np.arange(bands, dtype=np.uint64) << np.uint64(56)
-        ids = np.array([int(digest[:16], 16) for digest, _ in fresh], dtype=np.uint64)
+        hashes, ids = self._band_hashes(fresh)
+        bands = self.params.bands
         changes["band", 0, f"log{number:012d}"] = hashes.tobytes() + ids.tobytes()
         if self.kind == "lsh_sorted":
             self._sorted_runs(hashes.ravel(), np.repeat(ids, bands))
@@ -221,8 +237,50 @@ class _Floor:
             self.runs.append((merged[order], np.concatenate([b_ids, a_ids])[order]))
 
 
-def _engine(events: list[UpsertEvent], path: Path, params: EngineParams) -> None:
-    store = RocksDBStore(path)
+class _BandsInMemory:
+    """A store that keeps the band family in a dict and every other family in RocksDB."""
+
+    def __init__(self, path: Path) -> None:
+        self.rocksdb = RocksDBStore(path)
+        self.bands: dict[tuple[int, str], bytes] = {}
+
+    def get(self, stage: str, partition: int, key: str) -> bytes | None:
+        if stage == "band":
+            return self.bands.get((partition, key))
+        return self.rocksdb.get(stage, partition, key)
+
+    def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
+        if stage == "band":
+            return [self.bands.get((partition, key)) for key in keys]
+        return self.rocksdb.get_many(stage, partition, keys)
+
+    def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
+        if stage == "band":
+            raise NotImplementedError("the engine does not scan the band family")
+        return self.rocksdb.scan(stage, partition, prefix)
+
+    def get_meta(self, key: str) -> bytes | None:
+        return self.rocksdb.get_meta(key)
+
+    def commit(self, changes: Mapping[tuple[str, int, str], bytes | None], meta: Mapping[str, bytes]) -> None:
+        rest = {}
+        for (stage, partition, key), value in changes.items():
+            if stage != "band":
+                rest[stage, partition, key] = value
+            elif value is None:
+                self.bands.pop((partition, key), None)
+            else:
+                self.bands[partition, key] = value
+        self.rocksdb.commit(rest, meta)
+
+    def close(self) -> None:
+        self.rocksdb.close()
+
+
+def _engine(
+    events: list[UpsertEvent], path: Path, params: EngineParams, bands_in_memory: bool = False
+) -> None:
+    store = _BandsInMemory(path) if bands_in_memory else RocksDBStore(path)
     runner = EmbeddedRunner(Engine(params), store)
     for i in range(0, len(events), BATCH):
         runner.process(events[i : i + BATCH], lambda outputs: None)
@@ -259,16 +317,30 @@ def measure(feed: str, repeat: int, root: Path, peer: bool = False) -> dict[str,
     events, texts = FEEDS[feed]()
     params = EngineParams()
     chunks = len(texts)
-    names = ("engine", *FLOORS, "datasketch_bulk", *(("quix_peer",) if peer else ()))
+    names = (
+        "engine",
+        "engine_bands_in_memory",
+        *FLOORS,
+        "datasketch_bulk",
+        *(("quix_peer",) if peer else ()),
+    )
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     counts: dict[str, dict[str, int]] = {}
     for attempt in range(repeat):
         engine_path = root / f"{feed}-engine-{attempt}"
         runs["engine"].append(_timed(lambda path=engine_path: _engine(events, path, params)))  # type: ignore[misc]
+        engine_path = root / f"{feed}-engine-bands-in-memory-{attempt}"
+        runs["engine_bands_in_memory"].append(
+            _timed(lambda path=engine_path: _engine(events, path, params, bands_in_memory=True))  # type: ignore[misc]
+        )
         for kind in FLOORS:
             floor = _Floor(kind, root / f"{feed}-{kind}-{attempt}", params)
             runs[kind].append(_timed(lambda floor=floor: floor.run(events)))  # type: ignore[misc]
-            counts[kind] = {"new_texts": floor.new_texts, "candidates": floor.candidates}
+            counts[kind] = {
+                "new_texts": floor.new_texts,
+                "indexed": floor.indexed,
+                "candidates": floor.candidates,
+            }
         runs["datasketch_bulk"].append(_timed(lambda: _bulk(texts)))
         if peer:
             runs["quix_peer"].append(_peer(root))
