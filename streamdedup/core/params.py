@@ -30,7 +30,7 @@ __all__ = [
 #: ``source_id`` prefers the lowest; the content hash always breaks the last tie.
 POLICY_CRITERIA = ("authority", "modified_at", "length", "source_id")
 
-#: Version of the state layout and of the normalization and shingle-hash functions.
+#: Version of the state layout and of the normalization, shingle-hash and band-key functions.
 STATE_FORMAT = 8
 
 
