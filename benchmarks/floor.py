@@ -16,9 +16,8 @@ documents as ``streamdedup run`` takes them, with the chunker, normalization and
 2. ``lsh_rocksdb``: ``exact``, and for each new distinct text of at least ``min_shingles`` shingles (as the engine
    does) its signature, its band keys and one record per LSH bucket, as the engine keeps them: a multi-get of
    the buckets, the text's id added, the bucket written back. The other ids in its buckets are its candidates
-   (counted, not verified). Band keys are 64-bit hashes of each band's rows computed for the whole batch with
-   NumPy in every LSH floor, as the engine computes them, so the LSH floors differ only in where the buckets
-   live.
+   (counted, not verified). Every LSH floor takes the engine's band hashes (``SignatureScheme.band_hashes``, a
+   batch at a time), so the LSH floors differ only in where the buckets live.
 3. ``lsh_memory``: the same, with the band index in memory (a dict from a 64-bit band hash to the ids in the
    bucket) and one record per batch holding the batch's new (band hash, id) pairs: what a band index that keeps
    its buckets in memory and persists a log of its changes would cost.
@@ -68,7 +67,6 @@ from streamdedup.store.rocksdb import RocksDBStore
 BATCH = 256
 MAX_SOURCES = 100
 FLOORS = ("exact", "lsh_rocksdb", "lsh_memory", "lsh_sorted")
-_MIX = np.uint64(0x9E3779B97F4A7C15)
 
 Document = tuple[str, list[tuple[str, str]]]  # source id, (original, plain) text of each chunk
 
@@ -173,13 +171,7 @@ class _Floor:
         """Return the band hashes (texts x bands) and ids of the new texts long enough to join bands."""
         signatures, distinct = self.scheme.signatures([text for _, text in fresh])
         long_enough = distinct >= self.params.min_shingles
-        signatures = signatures[long_enough]
-        bands, rows = self.params.bands, self.params.rows
-        values = signatures[:, : bands * rows].astype(np.uint64).reshape(len(signatures), bands, rows)
-        hashes = np.zeros((len(signatures), bands), dtype=np.uint64)
-        for row in range(rows):
-            hashes = (hashes * _MIX) ^ values[:, :, row]
-        hashes ^= np.arange(bands, dtype=np.uint64) << np.uint64(56)
+        hashes = self.scheme.band_hashes(signatures[long_enough], self.params.bands, self.params.rows)
         digests = [digest for (digest, _), keep in zip(fresh, long_enough.tolist(), strict=True) if keep]
         self.indexed += len(digests)
         return hashes, np.array([int(digest[:16], 16) for digest in digests], dtype=np.uint64)
@@ -189,7 +181,7 @@ class _Floor:
         bands = self.params.bands
         members = [member.to_bytes(8, "big") for member in ids.tolist()]
         joins = [
-            (format(band_hash, "016x"), members[i // bands])
+            (f"{i % bands:03d}{band_hash:016x}", members[i // bands])
             for i, band_hash in enumerate(hashes.ravel().tolist())
         ]
         keys = list(dict.fromkeys(key for key, _ in joins))

@@ -250,15 +250,22 @@ class SignatureScheme:
         merge).
         """
         count = len(signatures)
-        values = np.asarray(signatures, dtype=np.uint64)[:, : bands * rows].reshape(count, bands, rows)
-        hashes = np.broadcast_to(_band_seeds(bands), (count, bands))
-        for row in range(rows):
-            hashes = _mix64_array(hashes ^ values[:, :, row])
-        digits = hashes.astype(">u8").tobytes().hex()
+        digits = self.band_hashes(signatures, bands, rows).astype(">u8").tobytes().hex()
         numbers = _band_numbers(bands) * count
         starts = range(0, 16 * bands * count, 16)
         keys = [number + digits[at : at + 16] for number, at in zip(numbers, starts, strict=True)]
         return [keys[at : at + bands] for at in range(0, bands * count, bands)]
+
+    def band_hashes(
+        self, signatures: npt.NDArray[np.uint32], bands: int, rows: int
+    ) -> npt.NDArray[np.uint64]:
+        """Return the 64-bit hash of each band of every signature row (texts x bands): what band keys spell."""
+        count = len(signatures)
+        values = np.asarray(signatures, dtype=np.uint64)[:, : bands * rows].reshape(count, bands, rows)
+        hashes: npt.NDArray[np.uint64] = np.broadcast_to(_band_seeds(bands), (count, bands))
+        for row in range(rows):
+            hashes = _mix64_array(hashes ^ values[:, :, row])
+        return hashes
 
 
 def _band_seeds(bands: int) -> npt.NDArray[np.uint64]:
