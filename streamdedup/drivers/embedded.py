@@ -52,39 +52,47 @@ class RunCounters:
         return self.positions - self.chunks
 
     def observe_all(self, outputs: Sequence[Output], txn: Transaction) -> None:
-        """Update the totals with a batch's outputs, reading what their keys contributed before in one call."""
-        keys = list(dict.fromkeys(_counts_key(o) for o in outputs if o.topic in _COUNTED))
-        known = dict(zip(keys, txn.read_many(VIEW_FAMILY, 0, keys), strict=True))
-        for output in outputs:
-            self.observe(output, txn, known)
+        """Update the totals with a batch's outputs.
 
-    def observe(self, output: Output, txn: Transaction, known: dict[str, bytes | None]) -> None:
-        """Update the totals with one output record, replacing the previous contribution of its key.
-
-        ``known`` holds stored contributions already read (and is kept up to date).
+        Each counted key (a source's mapping, a chunk) keeps what it contributed to the totals in the view family,
+        so a record sent again replaces its earlier contribution. A batch reads those of its keys in one call and
+        writes back only the ones that changed.
         """
-        if output.topic == "source-mappings":
-            key = _counts_key(output)
-            old = _read_counts(txn, key, known)
-            new = (0, 0, 0)
-            if output.value is not None:
-                relations = [c["relation"] for c in output.value["chunks"]]
-                new = (len(relations), relations.count("exact"), relations.count("near"))
-            _write_counts(txn, key, new, known)
-            self.positions += new[0] - old[0]
-            self.exact += new[1] - old[1]
-            self.near += new[2] - old[2]
-        elif output.topic == "canonical-chunks":
-            key = _counts_key(output)
-            old_present = _read_counts(txn, key, known)[0]
-            present = int(output.value is not None)
-            _write_counts(txn, key, (present, 0, 0), known)
-            self.chunks += present - old_present
-        elif output.topic == "review" and output.value is not None:
-            reason = output.value["reason"]
-            self.flags[reason] = self.flags.get(reason, 0) + 1
-        elif output.topic == "dlq":
-            self.dead_letters += 1
+        counted: list[tuple[str, Output]] = []
+        for output in outputs:
+            topic = output.topic
+            if topic == "source-mappings":
+                counted.append((f"m:{output.key}", output))
+            elif topic == "canonical-chunks":
+                counted.append((f"c:{output.key}", output))
+            elif topic == "review" and output.value is not None:
+                reason = output.value["reason"]
+                self.flags[reason] = self.flags.get(reason, 0) + 1
+            elif topic == "dlq":
+                self.dead_letters += 1
+        if not counted:
+            return
+        keys = list(dict.fromkeys(key for key, _ in counted))
+        stored = dict(zip(keys, txn.read_many(VIEW_FAMILY, 0, keys), strict=True))
+        now = {key: _parse_counts(raw) for key, raw in stored.items()}
+        for key, output in counted:
+            old = now[key]
+            if output.topic == "source-mappings":
+                new = (0, 0, 0)
+                if output.value is not None:
+                    relations = [c["relation"] for c in output.value["chunks"]]
+                    new = (len(relations), relations.count("exact"), relations.count("near"))
+                self.positions += new[0] - old[0]
+                self.exact += new[1] - old[1]
+                self.near += new[2] - old[2]
+            else:
+                new = (int(output.value is not None), 0, 0)
+                self.chunks += new[0] - old[0]
+            now[key] = new
+        for key in keys:
+            value = _format_counts(now[key])
+            if value != stored[key]:
+                txn.changes[(VIEW_FAMILY, 0, key)] = value
 
     def to_json(self) -> bytes:
         """Serialize for the store's metadata."""
@@ -96,26 +104,15 @@ class RunCounters:
         return cls() if raw is None else cls(**json.loads(raw))
 
 
-_COUNTED = ("source-mappings", "canonical-chunks")
-
-
-def _counts_key(output: Output) -> str:
-    return f"{'m' if output.topic == 'source-mappings' else 'c'}:{output.key}"
-
-
-def _read_counts(txn: Transaction, key: str, known: dict[str, bytes | None]) -> tuple[int, int, int]:
-    raw = known[key] if key in known else txn.read(VIEW_FAMILY, 0, key)
+def _parse_counts(raw: bytes | None) -> tuple[int, int, int]:
     if raw is None:
         return (0, 0, 0)
     a, b, c = (int(x) for x in raw.split(b","))
     return (a, b, c)
 
 
-def _write_counts(
-    txn: Transaction, key: str, counts: tuple[int, int, int], known: dict[str, bytes | None]
-) -> None:
-    value = None if counts == (0, 0, 0) else ",".join(map(str, counts)).encode()
-    txn.changes[(VIEW_FAMILY, 0, key)] = known[key] = value
+def _format_counts(counts: tuple[int, int, int]) -> bytes | None:
+    return None if counts == (0, 0, 0) else b"%d,%d,%d" % counts
 
 
 class Origin(NamedTuple):

@@ -92,6 +92,13 @@ class _PartitionView:
         self._txn.changes[(self._stage, self._partition, key)] = None
 
 
+class _Missing:
+    """The type of :data:`_MISSING`."""
+
+
+_MISSING = _Missing()  # a key this transaction has not changed (None is a change: a deletion)
+
+
 class Transaction:
     """Changes to a store that become visible to its reads at once and durable at :meth:`commit`."""
 
@@ -116,17 +123,18 @@ class Transaction:
     def read_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
         """Return the values of many keys as this transaction sees them, with one store read for the rest."""
         changes = self.changes
-        missing = [k for k in keys if (stage, partition, k) not in changes]
-        stored: dict[str, bytes | None] = {}
-        if missing:
-            try:
-                values = self._store.get_many(stage, partition, missing)
-            except Exception as exc:
-                raise state_error(exc) from exc
-            stored = dict(zip(missing, values, strict=True))
-        return [
-            changes[(stage, partition, k)] if (stage, partition, k) in changes else stored[k] for k in keys
-        ]
+        found: list[bytes | _Missing | None] = [changes.get((stage, partition, k), _MISSING) for k in keys]
+        missing = [k for k, v in zip(keys, found, strict=True) if v is _MISSING]
+        if not missing:
+            return found  # type: ignore[return-value]
+        try:
+            values = self._store.get_many(stage, partition, missing)
+        except Exception as exc:
+            raise state_error(exc) from exc
+        if len(missing) == len(keys):
+            return values
+        stored = iter(values)
+        return [next(stored) if v is _MISSING else v for v in found]  # type: ignore[misc]
 
     def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
         """Return every (key, value) under ``prefix`` as this transaction sees it, in key order.

@@ -179,8 +179,9 @@ class RocksDBStore:
     def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
         """Return the values of many keys of a stage partition, in order, with one multi-get."""
         prefix = _prefix(partition)
+        # In raw mode a multi-get returns a new list of bytes and None: nothing to convert.
         values: list[bytes | None] = self._family(stage).get([prefix + key.encode() for key in keys]) or []
-        return [None if v is None else bytes(v) for v in values]
+        return values
 
     def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
         """Return every (key, value) of a stage partition whose key starts with ``prefix``, in key order."""
