@@ -66,19 +66,22 @@ def chunk_value(
     """Return a ``canonical-chunks`` value (v2), without its ``revision``; the chunk_id is the canonical's hash.
 
     ``own_refs`` and each member's ``refs`` must hold at least their first ``max_sources`` positions, sorted in the
-    policy's order (more are fine): the record lists the first ``max_sources`` of all of them, and the counts.
+    policy's order (more are fine). The record lists the canonical and the first ``max_sources - 1`` members, the
+    first ``max_sources`` positions of the contents it lists, and the full counts.
     """
-    ordered = sorted(members, key=lambda h: (_member_order(policy, members[h]), h))
+    # The members listed are the canonical and the first others in the policy's order; the sources listed are the
+    # first positions of those in the policy's order, so that every listed source's text is a listed member.
+    listed = sorted(members, key=lambda h: (_member_order(policy, members[h]), h))[: max_sources - 1]
     member_list: list[dict[str, Any]] = [
         {"content_hash": content_hash, "relation": "canonical", "jaccard": 1.0}
     ]
     member_list.extend(
         {"content_hash": h, "relation": "near", "jaccard": round(members[h].jaccard, JACCARD_DIGITS)}
-        for h in ordered[: max_sources - 1]
+        for h in listed
     )
     candidates = [(r, content_hash) for r in own_refs]
-    if members:
-        candidates.extend((r, h) for h in ordered for r in members[h].refs)
+    if listed:
+        candidates.extend((r, h) for h in listed for r in members[h].refs)
         candidates.sort(key=lambda c: policy.ref_order(c[0].source_id, c[0].position, c[0].attrs))
     sources = [source_entry(r.source_id, r.position, h, r.attrs) for r, h in candidates[:max_sources]]
     return {

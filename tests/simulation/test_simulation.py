@@ -12,6 +12,7 @@ import pytest
 
 from streamdedup.codec import encode_output_line
 from streamdedup.core.engine import Engine
+from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.core.sketches import dismiss_below
 from streamdedup.core.stages import content as content_stage
@@ -140,6 +141,37 @@ def test_bounded_chunk_records_reach_the_same_view_under_any_interleaving(
     assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
     chunks = [o.value for o in outputs if o.topic == "canonical-chunks" and o.value is not None]
     assert any(c["source_count"] > len(c["sources"]) == 2 for c in chunks)  # the bound was in play
+
+
+DAY = 86_400_000_000
+
+
+def test_listed_sources_belong_to_listed_members():
+    """With a bound of two, one source holding three near copies lists one member beside the canonical, and only
+    that member's and the canonical's positions (a source of the unlisted member once was listed)."""
+    base = (
+        "answer course release archive schedule process guide email service server issue course document access "
+        "travel change address member change invoice issue network request report record guide service service "
+        "schedule schedule travel {} {} restore course address service review feature backup option link team "
+        "account request office schedule access update document button member archive support access restore "
+        "travel issue report expense"
+    )
+    chunks = (
+        base.format("policy", "backup"),
+        base.format("policy", "paymentx"),
+        base.format("storagex", "backup"),
+    )
+    event = UpsertEvent(
+        source_id="s0", version=1, attrs=SourceAttrs(acl=("*",), modified_at=DAY), chunks=chunks
+    )
+    engine = Engine(EngineParams(max_chunk_sources=2))
+    view = View().apply_all(EmbeddedRunner(engine, MemoryStore()).process([event], lambda o: None))
+    assert check_invariants(view, live_sources([event]), threshold=0.8, shingle_size=5) == []
+    (chunk,) = view.chunks.values()
+    assert (chunk["member_count"], chunk["source_count"]) == (3, 3)
+    assert len(chunk["members"]) == len(chunk["sources"]) == 2
+    members = {m["content_hash"] for m in chunk["members"]}
+    assert {s["content_hash"] for s in chunk["sources"]} <= members
 
 
 def _sketch_feed(seed: int) -> list:
