@@ -7,7 +7,10 @@ random generator. It can also deliver messages again, as Kafka does after a cons
 - ``rewind``: after a handler call, with this probability, the same batch is delivered again (its effects
   already applied);
 - ``duplicate``: with this probability, a copy of some earlier message of the partition is queued again at a
-  random place, arriving late and out of order (harsher than Kafka).
+  random place, arriving late and out of order (harsher than Kafka);
+- ``cut``: after a handler call delivered what it produced, with this probability, its state changes are dropped,
+  as a crash before its changelog drops them, and the partition's next call takes exactly the same messages
+  again, as the Kafka worker does after such a crash (it finds the call's input from the record that opened it).
 
 With ``schedule="pipeline"`` nothing is random: each input event runs to quiescence before the next, and stages
 take their whole queue in pipeline order, partition by partition. With one partition that is exactly what the
@@ -48,6 +51,7 @@ class SimulationDriver:
         input_rate: float | None = None,
         rewind: float = 0.0,
         duplicate: float = 0.0,
+        cut: float = 0.0,
         schedule: str = "random",
         max_steps: int = 2_000_000,
     ) -> None:
@@ -63,6 +67,7 @@ class SimulationDriver:
         self.input_rate = input_rate if input_rate is not None else self.rng.choice((0.005, 0.05, 0.3, 0.9))
         self.rewind = rewind
         self.duplicate = duplicate
+        self.cut = cut
         self.max_steps = max_steps
         self.store = MemoryStore()
         self.queues: dict[tuple[str, int], list[bytes]] = {
@@ -72,6 +77,9 @@ class SimulationDriver:
         self.outputs: list[Output] = []
         self.deliveries = 0
         self.redeliveries = 0
+        self.cuts = 0
+        # How many messages at a queue's head a cut call left, to be taken again as one call.
+        self._again: dict[tuple[str, int], int] = {}
 
     def _enqueue(self, message: Message) -> None:
         for stage, partition, part in self.engine.destinations(message, self.partitions):
@@ -104,18 +112,23 @@ class SimulationDriver:
     def _step(self, address: tuple[str, int], size: int | None = None) -> None:
         stage, partition = address
         queue = self.queues[address]
-        size = size or self.rng.randint(1, self.max_batch)
+        size = self._again.pop(address, None) or size or self.rng.randint(1, self.max_batch)
         raw, self.queues[address] = queue[:size], queue[size:]
         batch = [_decoder.decode(item) for item in raw]
         txn = Transaction(self.store)
         produced = self.engine.handle(stage, batch, txn.partition(stage, partition))
-        txn.commit()
         self.deliveries += len(batch)
         for item in produced:
             if isinstance(item, Output):
                 self.outputs.append(item)
             else:
                 self._enqueue(item)
+        if self.cut and self.rng.random() < self.cut:
+            self.queues[address][:0] = raw  # the state changes are lost with the crash; the input is not
+            self._again[address] = len(raw)
+            self.cuts += 1
+            return
+        txn.commit()
         self.history[address].extend(raw)
         if self.rewind and self.rng.random() < self.rewind:
             self.queues[address][:0] = raw
