@@ -190,6 +190,20 @@ class Deployment:
 
         asyncio.run(send())
 
+    def produce_stage(self, stage: str, partition: int, values: Iterable[bytes]) -> None:
+        """Send raw batches to a partition of a stage topic, as a worker would."""
+
+        async def send() -> None:
+            producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap_servers, acks="all")
+            await producer.start()
+            try:
+                for value in values:
+                    await producer.send_and_wait(self.names.stage(stage), value, partition=partition)
+            finally:
+                await producer.stop()
+
+        asyncio.run(send())
+
     def review_keys(self) -> list[tuple[str, str]]:
         """Return the distinct (reason, key) pairs on the review topic, sorted."""
 

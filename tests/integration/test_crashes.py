@@ -4,6 +4,7 @@ aside), every pair that run flags for review is flagged, and the group's lag dra
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import shutil
@@ -14,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.core.model import InputEvent
+from streamdedup.core.messages import RefUpdate
+from streamdedup.core.model import DeleteEvent, InputEvent
+from streamdedup.drivers.kafka.admin import read_to_end
+from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.testing.feeds import random_feed
-from tests.helpers import embedded_review_keys, run_embedded, unflagged
+from tests.helpers import embedded_review_keys, run_embedded, unflagged, upsert
 from tests.integration.conftest import BROKER_SCRIPT, RESTART_PORTS, free_pair
 from tests.integration.harness import Deployment
 from tests.integration.test_service import example_events
@@ -46,6 +50,41 @@ def test_a_worker_killed_at_a_dangerous_point_recovers(deployment, engine, tmp_p
     deployment.start_worker(data, "after")
     deployment.produce(feed[50:])
     assert_recovered(deployment, engine, feed)
+
+
+def test_a_call_cut_after_its_outputs_is_applied_again_exactly_as_it_was(deployment, engine, tmp_path: Path):
+    """A content call delivers a chunk and dies before its changelog; by the restart, the partition also holds
+    the removal of that chunk's only source. Applied together, the two would change nothing and write nothing, and
+    the delivered chunk would stay on the output topic for good: the cut call must be applied alone, again."""
+    text = (
+        "Payroll questions go to the people team: write to the payroll inbox with your employee number and the "
+        "month concerned, and a payroll specialist answers within two working days with the corrected payslip"
+    )
+    added = upsert("space-hr", 1, [text], acl=("hr",))
+    data = tmp_path / "state"
+    doomed = deployment.start_worker(data, "doomed", env={"STREAMDEDUP_FAULT_KILL_AT": "outputs-sent:1"})
+    deployment.produce([added])
+    assert doomed.wait_for_exit() == -9, doomed.tail()
+    chunks = [key for key, value in deployment.records("canonical-chunks") if value is not None]
+    assert len(chunks) == 1, "the cut call delivered the chunk"
+
+    async def content_messages() -> list[tuple[int, RefUpdate]]:
+        topic = deployment.names.stage("content")
+        found = []
+        async for _, partition, _, _, value, _ in read_to_end(deployment.settings, [topic]):
+            found += [(partition, m) for m in decode_batch(value) if isinstance(m, RefUpdate)]
+        return found
+
+    ((partition, ref),) = asyncio.run(content_messages())
+    assert ref.content_hash == chunks[0] and ref.positions == (0,)
+    # The source stage's removal, as it sends it when the delete comes, right behind the cut call's input.
+    removal = RefUpdate(ref.content_hash, ref.source_id, 2, (), attrs_seq=ref.attrs_seq)
+    deployment.produce_stage("content", partition, encode_batches([removal], max_bytes=1 << 20))
+    deleted = DeleteEvent(source_id="space-hr", version=2)
+    deployment.produce([deleted])
+    deployment.start_worker(data, "after")
+    assert_recovered(deployment, engine, [added, deleted])
+    assert deployment.view().chunks == {}
 
 
 def test_a_worker_killed_at_random_moments_recovers_each_time(deployment, engine, tmp_path: Path):

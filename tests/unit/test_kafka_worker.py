@@ -14,7 +14,7 @@ from aiokafka.errors import KafkaTimeoutError
 
 from streamdedup.core.messages import BandJoin, Output
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
-from streamdedup.drivers.kafka.changelog import Replay, headers, read_headers
+from streamdedup.drivers.kafka.changelog import OPEN_KEY, Replay, headers, opening, read_headers
 from streamdedup.drivers.kafka.metrics import Metrics
 from streamdedup.drivers.kafka.partitions import PartitionStore, recover
 from streamdedup.drivers.kafka.worker import StageWorker
@@ -39,6 +39,7 @@ class Logs:
         self.start: dict[TopicPartition, int] = {}
         self.sends = 0
         self.fail_sends = False
+        self.order: list[str] = []  # the topic of each batch sent, in order
 
     def of(self, topic: str, partition: int) -> list[Record]:
         return self.records.setdefault(TopicPartition(topic, partition), [])
@@ -78,6 +79,7 @@ class Producer:
             future.set_exception(KafkaTimeoutError())
             return future
         self.logs.sends += 1
+        self.logs.order.append(topic)
         tp = TopicPartition(topic, partition)
         log = self.logs.of(topic, partition)
         base = self.logs.end(tp)
@@ -173,7 +175,8 @@ def test_a_call_sends_outputs_then_one_changelog_call_and_commits_its_offsets(tm
     worker = make_worker(tmp_path, logs, band_handler())
     store = open_store(worker)
     asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2), records(11, 3, 4)]))
-    changelog = logs.records[CHANGELOG]
+    opener, *changelog = logs.records[CHANGELOG]
+    assert (opener.key, opener.value) == (OPEN_KEY, b"-1 11")  # the call applies the input after -1 up to 11
     assert [(r.key, r.value) for r in changelog] == [
         (b"b1", b"1"),
         (b"b2", b"2"),
@@ -185,10 +188,11 @@ def test_a_call_sends_outputs_then_one_changelog_call_and_commits_its_offsets(tm
     assert closers[3] is not None and closers[3][1:] == (4, 11)  # one call of 4 records, applied up to 11
     audits = [r for tp, rs in logs.records.items() if tp.topic == "t.audit" for r in rs]
     assert sorted(r.key for r in audits) == [b"b1", b"b2", b"b3", b"b4"]
-    assert logs.sends == 2 + len(
-        {tp for tp in logs.records if tp.topic == "t.audit"}
-    )  # 4 records, batches of 3
-    assert (store.applied, store.changelog) == (11, 3)
+    audit_sends = len({tp for tp in logs.records if tp.topic == "t.audit"})
+    assert logs.sends == 1 + audit_sends + 2  # the opening, the audits, 4 changelog records in batches of 3
+    # The opening is in the log before anything the call delivers, and the call's changelog after it all.
+    assert logs.order == [CHANGELOG.topic] + ["t.audit"] * audit_sends + [CHANGELOG.topic] * 2
+    assert (store.applied, store.changelog) == (11, 4)
     assert state_of(store) == {"b1": b"1", "b2": b"2", "b3": b"3", "b4": b"4"}
 
 
@@ -218,7 +222,8 @@ def test_a_handler_failure_dead_letters_one_message_and_applies_the_rest(tmp_pat
     hdrs = dict(letter.headers)
     assert hdrs["origin-offset"] == b"11" and b"ValueError: cannot handle epoch 3" in hdrs["error"]
     assert decode_batch(letter.value) == [BandJoin("h", 3, ("b3",))]
-    assert sorted(r.key for r in logs.records[CHANGELOG]) == [b"b1", b"b2", b"b4", b"b5"]
+    # One opening for the call, however many of its messages delivered one at a time.
+    assert sorted(r.key for r in logs.records[CHANGELOG]) == [OPEN_KEY, b"b1", b"b2", b"b4", b"b5"]
     assert store.applied == 12
 
 
@@ -270,6 +275,83 @@ def test_a_crash_after_the_changelog_is_repaired_by_recovery(tmp_path, crash, mo
     assert (store.applied, state_of(store)) == (12, {"b1": b"1", "b2": b"2", "b3": b"3"})
     rebuilt = make_worker(tmp_path / "elsewhere", logs, band_handler())
     assert state_of(open_store(rebuilt)) == state_of(store)  # a new worker rebuilds the same from the log
+
+
+class Killed(BaseException):
+    pass
+
+
+def killed_at(worker: StageWorker, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def passed(at: str) -> None:
+        if at == point:
+            raise Killed
+
+    monkeypatch.setattr(worker.faults, "passed", passed)
+
+
+def epochs_handled(worker: StageWorker) -> list[list[int]]:
+    """Make the worker's handler record the epochs of each call; return that record."""
+    calls: list[list[int]] = []
+    handle = band_handler()
+
+    def recording(stage: str, messages: list[BandJoin], state: Any) -> list[Any]:
+        calls.append([m.epoch for m in messages])
+        return handle(stage, messages, state)
+
+    worker.engine.handle = recording  # type: ignore[method-assign]
+    return calls
+
+
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["same-store", "rebuilt"])
+def test_a_call_cut_after_it_delivered_is_applied_again_alone_and_whole(tmp_path, monkeypatch, elsewhere):
+    logs = Logs()
+    worker = make_worker(tmp_path, logs, band_handler())
+    store = open_store(worker)
+    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1)]))
+    killed_at(worker, "outputs-sent", monkeypatch)
+    with pytest.raises(Killed):
+        asyncio.run(worker._stage_call(store, STAGE_TP, [records(11, 2), records(12, 3)]))
+    worker.stores.partitions.pop(("band", 1)).close()
+    assert logs.records[CHANGELOG][-1].key == OPEN_KEY  # it opened and delivered, then died
+
+    again = make_worker(tmp_path / "elsewhere" if elsewhere else tmp_path, logs)
+    calls = epochs_handled(again)
+    store = open_store(again)
+    assert (store.applied, store.cut) == (10, 12)
+    # Only part of the cut call's input is read yet: it waits, and is not done (a restart reads it again).
+    asyncio.run(again._round({STAGE_TP: [records(10, 1), records(11, 2)]}))
+    assert calls == [] and STAGE_TP not in again._done
+    # The rest of it, and newer input: the cut call's input alone first, as it was, then the newer input.
+    asyncio.run(again._round({STAGE_TP: [records(12, 3), records(13, 4)]}))
+    assert calls == [[2, 3], [4]]
+    assert (store.applied, store.cut, again._done[STAGE_TP]) == (13, -1, 14)
+    assert state_of(store) == {"b1": b"1", "b2": b"2", "b3": b"3", "b4": b"4"}
+    # Each delivering call opened with its own input: the cut one twice, the same.
+    openings = [r.value for r in logs.records[CHANGELOG] if r.key == OPEN_KEY]
+    assert openings == [b"-1 10", b"10 12", b"10 12", b"12 13"]
+
+
+def test_a_call_that_delivers_nothing_writes_no_opening(tmp_path):
+    logs = Logs()
+
+    def handle(stage: str, messages: list[BandJoin], state: Any) -> list[Any]:
+        for m in messages:
+            state.put(m.band_keys[0], b"x")
+        return []
+
+    worker = make_worker(tmp_path, logs, handle)
+    store = open_store(worker)
+    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1)]))
+    assert [r.key for r in logs.records[CHANGELOG]] == [b"b1"] and logs.order == [CHANGELOG.topic]
+
+
+def test_replay_reports_the_last_call_opened():
+    replay = Replay()
+    replay.feed(0, *opening(-1, 10))
+    replay.feed(1, b"a", b"1", headers("c1", 1, 10))
+    replay.feed(2, *opening(10, 14))
+    assert replay.opened == 14 and [c.writes for c in replay.take()] == [{b"a": b"1"}]
+    assert replay.trailing_keys() == []  # an opening is not a write
 
 
 def test_a_call_cut_short_at_the_end_of_the_log_is_left_out_and_repaired(tmp_path):

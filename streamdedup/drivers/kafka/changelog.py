@@ -18,6 +18,14 @@ more, and applying it whole is right either way:
 Records at the end of the log that no closing record follows are a call a crash cut short: they are not applied,
 and the owner writes the repair call for their keys before it handles anything.
 
+A call that delivers anything (outputs, stage messages, dead letters) first writes one record that *opens* it,
+under a key no state key can take, saying which input offsets it applies: those after the store's applied offset,
+up to ``last``. It is not a write. If a crash cuts the call short after it delivered, its changelog holds the
+opening record and no closing record with ``applied`` at or past ``last``; the partition's next owner then applies
+exactly those input offsets as one call before anything else, so the call delivers exactly what it delivered
+before. Applied with more input, it could deliver less: changes that later input undoes (a chunk whose only source
+is removed) are written by no one, and what the cut call delivered would stay downstream for good.
+
 >>> replay = Replay()
 >>> replay.feed(0, b"k1", b"v1", [])
 >>> replay.feed(1, b"k2", None, headers("c1", 2, 10))
@@ -26,6 +34,9 @@ and the owner writes the repair call for their keys before it handles anything.
 [(10, 1, {b'k1': b'v1', b'k2': None})]
 >>> replay.trailing_keys()
 ['k1']
+>>> replay.feed(3, *opening(10, 12))
+>>> replay.opened, replay.trailing_keys()
+(12, ['k1'])
 """
 
 from __future__ import annotations
@@ -34,14 +45,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AppliedCall", "Replay", "headers", "read_headers"]
+__all__ = ["OPEN_KEY", "AppliedCall", "Replay", "headers", "opening", "read_headers"]
 
-_CALL, _COUNT, _APPLIED = "call", "count", "applied"
+_CALL, _COUNT, _APPLIED, _OPEN = "call", "count", "applied", "open"
+OPEN_KEY = b"\x00open"  # the key of the records that open calls (state keys are text, none starts with NUL)
 
 
 def headers(call_id: str, count: int, applied: int) -> list[tuple[str, bytes]]:
     """Return the headers of the record that closes a call."""
     return [(_CALL, call_id.encode()), (_COUNT, str(count).encode()), (_APPLIED, str(applied).encode())]
+
+
+def opening(after: int, last: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """Return the key, value and headers of the record that opens a call applying input offsets ``after`` + 1 to
+    ``last``."""
+    return OPEN_KEY, f"{after} {last}".encode(), [(_OPEN, b"1")]
 
 
 def read_headers(raw: Iterable[tuple[str, bytes]]) -> tuple[str, int, int] | None:
@@ -71,12 +89,16 @@ class Replay:
         self._ready: list[AppliedCall] = []
         self.calls = 0
         self.short = 0  # groups with fewer or more records than their count: compacted, or cut and repaired
+        self.opened = -1  # the last input offset of the last call opened in the records fed
 
     def feed(
         self, offset: int, key: bytes | None, value: bytes | None, raw_headers: Sequence[tuple[str, bytes]]
     ) -> None:
         """Take the next record of the log."""
         if key is None:
+            return
+        if key == OPEN_KEY:
+            self.opened = max(self.opened, int((value or b"-1 -1").split()[1]))
             return
         writes = self._writes
         writes[key] = value

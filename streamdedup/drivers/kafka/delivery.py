@@ -34,14 +34,16 @@ _NO_HEADERS: list[tuple[str, bytes]] = []  # the producer's record builder takes
 class FaultPoints:
     """Where a test asked the worker to kill itself (``STREAMDEDUP_FAULT_KILL_AT``: ``point:n[,point:n]``).
 
-    The worker sends itself SIGKILL the n-th time it passes the point: ``changelog-sent`` (after a call's changelog
-    records were acknowledged, before its write batch), ``state-committed`` (after the write batch, before the
-    input offset is committed) and ``outputs-partial`` (after the first of a call's output batches was delivered,
-    before the others were sent). ``streamdedup index`` passes ``index-sink-written`` (after a batch's rows were
-    written and its flags delivered, before its position is committed). Tests only; unset, nothing happens.
+    The worker sends itself SIGKILL the n-th time it passes the point: ``outputs-sent`` (after a stage call that
+    produced output records delivered everything it produced, before its changelog records are sent),
+    ``changelog-sent`` (after a call's changelog records were acknowledged, before its write batch),
+    ``state-committed`` (after the write batch, before the input offset is committed) and ``outputs-partial``
+    (after the first of a call's output batches was delivered, before the others were sent). ``streamdedup index``
+    passes ``index-sink-written`` (after a batch's rows were written and its flags delivered, before its position
+    is committed). Tests only; unset, nothing happens.
     """
 
-    POINTS = ("changelog-sent", "state-committed", "outputs-partial", "index-sink-written")
+    POINTS = ("outputs-sent", "changelog-sent", "state-committed", "outputs-partial", "index-sink-written")
 
     def __init__(self, spec: str | None) -> None:
         self._left: dict[str, int] = {}

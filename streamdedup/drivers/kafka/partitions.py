@@ -65,6 +65,9 @@ class PartitionStore:
         check_params(self.store, self.params, where=str(self.path))
         self.applied = _offset(self.store.get_meta(APPLIED_KEY))
         self.changelog = _offset(self.store.get_meta(CHANGELOG_KEY))
+        # Set by recovery: the last input offset of a call that delivered and was cut short. The next call applies
+        # exactly the input up to it (see :mod:`.changelog`); -1 when there is none.
+        self.cut = -1
 
     @property
     def empty(self) -> bool:
@@ -252,6 +255,7 @@ class RecoveryReport:
     records: int = 0
     rebuilt: str = ""  # why the local store was dropped and rebuilt, or empty
     trailing: tuple[str, ...] = ()  # keys of a call cut short at the log's end, to repair
+    cut: int = -1  # the last input offset of a call that delivered and was cut short (-1: none)
 
 
 async def recover(
@@ -303,5 +307,7 @@ async def recover(
     for tp, replay in replays.items():
         reports[tp].records += stores[tp].apply_calls(replay.take())
         reports[tp].trailing = tuple(replay.trailing_keys())
+        if replay.opened > stores[tp].applied:
+            reports[tp].cut = replay.opened
     consumer.unsubscribe()
     return reports

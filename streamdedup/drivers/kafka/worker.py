@@ -9,13 +9,18 @@ consumer has fetched and handles each topic partition's records as one call, the
 - a stage partition's call drops the records at or below the store's applied offset (read again after a crash),
   runs the handler on the rest in one store transaction, then, in this order:
 
-  1. sends the outputs and stage messages it produced, batched per topic partition, and waits for Kafka;
+  1. if it produced anything to deliver, sends the record that *opens* the call to the stage's changelog
+     partition (the input offsets the call applies) and waits; then sends the outputs and stage messages,
+     batched per topic partition, and waits for Kafka;
   2. sends the keys it wrote to the stage's changelog partition as one call (:mod:`.changelog`) and waits;
   3. commits one RocksDB write batch holding the changes, the applied input offset and the changelog offset.
 
-  A crash before 2 leaves the input unapplied: it is read again and produces the same outputs again (repeating
-  input is harmless, design §5 I4). A crash between 2 and 3 is repaired by recovery, which replays the call from
-  the changelog. After 3, the input is never applied twice, whatever the group's committed offset says.
+  A crash before 2 leaves the input unapplied. If the call had delivered, recovery finds its opening record, and
+  the next call applies exactly the same input again, held until all of it is read, before anything newer, so it
+  delivers the same again (repeating delivered messages is harmless, design §5 I4); applied together with newer
+  input, it could leave what it delivered standing where the newer input undoes it. A crash between 2 and 3 is
+  repaired by recovery, which replays the call from the changelog. After 3, the input is never applied twice,
+  whatever the group's committed offset says.
 
 The consumer's committed offsets only say where to start reading after a restart; correctness does not depend on
 them. They are committed every ``commit_interval`` seconds, and a watchdog recommits a partition whose committed
@@ -49,6 +54,7 @@ from streamdedup.core.view import OUTPUT_TOPICS
 from streamdedup.drivers.collector import collector_paused
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.drivers.kafka.changelog import headers as call_headers
+from streamdedup.drivers.kafka.changelog import opening
 from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
 from streamdedup.drivers.kafka.metrics import Metrics
 from streamdedup.drivers.kafka.partitions import PartitionStore, PartitionStores, recover
@@ -116,6 +122,7 @@ class StageWorker(mode.Service):
         self._instance = uuid.uuid4().hex[:12]
         self._calls = 0
         self._done: dict[TopicPartition, int] = {}  # next offset to read, per partition handled
+        self._held: dict[TopicPartition, list[Any]] = {}  # input of a cut call, until all of it is read
         self._committed: dict[TopicPartition, int] = {}
         self._behind: dict[TopicPartition, int] = {}
         self._last_commit = 0.0
@@ -267,14 +274,22 @@ class StageWorker(mode.Service):
             with collector_paused():  # replay makes an object per record, none in a cycle
                 reports = await recover(self._restore, by_changelog)
             for tp, report in reports.items():
+                store = by_changelog[tp]
                 if report.trailing:
-                    await self._repair(by_changelog[tp], list(report.trailing))
+                    await self._repair(store, list(report.trailing))
+                store.cut = max(store.cut, report.cut) if max(store.cut, report.cut) > store.applied else -1
+                if store.cut >= 0:
+                    logger.warning(
+                        "%s-%d: a call that delivered was cut short; its input (%d to %d) is applied again first",
+                        store.stage, store.partition, store.applied + 1, store.cut,
+                    )  # fmt: skip
             records = sum(r.records for r in reports.values())
             seconds = time.monotonic() - started
             self.metrics.recovery_seconds.observe(seconds)
             self.metrics.recovered_records.inc(records)
             self._done = {tp: o for tp, o in self._done.items() if tp in set(assigned)}
             self._committed = {tp: o for tp, o in self._committed.items() if tp in set(assigned)}
+            self._held = {tp: held for tp, held in self._held.items() if tp in set(assigned)}
             logger.info(
                 "assigned %d partitions; %d stage stores recovered, %d changelog records replayed in %.2f s",
                 len(assigned),
@@ -316,7 +331,7 @@ class StageWorker(mode.Service):
         with collector_paused():
             await asyncio.gather(*calls)
         for tp, records in fetched.items():
-            if records:
+            if records and tp not in self._held:  # held input is not done: a restart must read it again
                 self._done[tp] = max(self._done.get(tp, 0), records[-1].offset + 1)
 
     async def _ingest(self, tp: TopicPartition, records: Sequence[Any]) -> None:
@@ -342,12 +357,41 @@ class StageWorker(mode.Service):
         self.metrics.batch_seconds.labels("ingest").observe(time.monotonic() - started)
 
     async def _stage_call(self, store: PartitionStore, tp: TopicPartition, records: Sequence[Any]) -> None:
-        """Apply one partition's records as one call: handler, outputs, changelog, write batch (module docs)."""
+        """Apply one partition's new records as one call; after a crash cut a call that delivered short, first
+        exactly that call's input again, held until all of it is read (module docs)."""
         fresh = [r for r in records if r.offset > store.applied]
         self.metrics.skipped.inc(len(records) - len(fresh))
+        if store.cut < 0:
+            if fresh:
+                await self._call(store, tp, fresh)
+            return
+        held = self._held.pop(tp, [])
+        if held:
+            fresh = held + [r for r in fresh if r.offset > held[-1].offset]
         if not fresh:
             return
+        if fresh[-1].offset < store.cut:
+            self._held[tp] = fresh
+            return
+        again = [r for r in fresh if r.offset <= store.cut]
+        if again:
+            await self._call(store, tp, again)
+        store.cut = -1
+        if len(again) < len(fresh):
+            await self._call(store, tp, fresh[len(again) :])
+
+    async def _call(self, store: PartitionStore, tp: TopicPartition, fresh: Sequence[Any]) -> None:
+        """Apply records as one call: handler, opening and outputs, changelog, write batch (module docs)."""
         started = time.monotonic()
+        applied = fresh[-1].offset
+        opened = False
+
+        async def before_delivery() -> None:
+            nonlocal opened
+            if not opened:
+                opened = True
+                await self._open_call(store, applied)
+
         stage = store.stage
         letters = self._sends()
         carried: list[tuple[Any, Message]] = []
@@ -360,28 +404,39 @@ class StageWorker(mode.Service):
                 )
         txn = store.transaction()
         try:
-            await self._apply(stage, tp.partition, [m for _, m in carried], txn)
+            delivered = await self._apply(stage, tp.partition, [m for _, m in carried], txn, before_delivery)
         except _InputFailure as failure:
             logger.warning(
                 "stage %s: a call of %d failed (%r); one at a time", stage, len(carried), failure.error
             )
             txn = store.transaction()
-            await self._one_at_a_time(stage, tp, carried, txn, letters)
+            delivered = await self._one_at_a_time(stage, tp, carried, txn, letters, before_delivery)
         if letters:
+            await before_delivery()
             await letters.send()
+        if delivered:
+            self.faults.passed("outputs-sent")
         changes = {key: value for (_, _, key), value in txn.changes.items()}
-        applied = fresh[-1].offset
         last = await self._write_changelog(store, changes, applied) if changes else store.changelog
         self.faults.passed("changelog-sent")
         store.commit(txn, applied=applied, changelog=last)
         self.faults.passed("state-committed")
         self.metrics.batch_seconds.labels(stage).observe(time.monotonic() - started)
 
-    async def _apply(self, stage: str, partition: int, messages: list[Message], txn: Transaction) -> None:
-        """Run the handler in ``txn`` and deliver what it produced; raise :class:`_InputFailure` for the input's
-        faults (the handler raising, a record too large for Kafka), anything else as it is."""
+    async def _apply(
+        self,
+        stage: str,
+        partition: int,
+        messages: list[Message],
+        txn: Transaction,
+        before_delivery: Callable[[], Awaitable[None]],
+    ) -> int:
+        """Run the handler in ``txn`` and deliver what it produced; return how many output records it delivered.
+
+        Raise :class:`_InputFailure` for the input's faults (the handler raising, a record too large for Kafka),
+        anything else as it is."""
         if not messages:
-            return
+            return 0
         try:
             produced = self.engine.handle(stage, messages, txn.partition(stage, partition))
         except StateError:
@@ -390,6 +445,8 @@ class StageWorker(mode.Service):
             raise _InputFailure(exc) from exc
         sends = self._sends()
         outputs = self._add_produced(sends, produced)
+        if sends:
+            await before_delivery()
         try:
             await sends.send()
         except (MessageSizeTooLargeError, RecordTooLargeError) as exc:
@@ -397,6 +454,7 @@ class StageWorker(mode.Service):
         self.metrics.observe_outputs(outputs)
         if stage == "source":
             self.metrics.events_processed.inc(sum(1 for m in messages if isinstance(m, InputEvent)))
+        return len(outputs)
 
     async def _one_at_a_time(
         self,
@@ -405,13 +463,17 @@ class StageWorker(mode.Service):
         carried: list[tuple[Any, Message]],
         txn: Transaction,
         letters: Sends,
-    ) -> None:
-        """Apply each message in a nested transaction; dead-letter those that fail, with the error and origin."""
+        before_delivery: Callable[[], Awaitable[None]],
+    ) -> int:
+        """Apply each message in a nested transaction; dead-letter those that fail, with the error and origin.
+
+        Return how many output records the messages that succeeded delivered."""
         self.metrics.isolated.labels(stage).inc(len(carried))
+        delivered = 0
         for record, message in carried:
             nested = txn.nested()
             try:
-                await self._apply(stage, tp.partition, [message], nested)
+                delivered += await self._apply(stage, tp.partition, [message], nested, before_delivery)
             except _InputFailure as failure:
                 exc = failure.error
                 error = f"processing failed in stage {stage} ({type(exc).__name__}: {exc})"
@@ -428,6 +490,7 @@ class StageWorker(mode.Service):
                 self._dead_letter(letters, tp, record, error, reason, value, key)
                 continue
             nested.commit()
+        return delivered
 
     def _add_produced(self, sends: Sends, produced: Sequence[Message | Output]) -> list[Output]:
         """Queue a handler's outputs and stage messages (batched per stage partition); return the outputs."""
@@ -450,6 +513,14 @@ class StageWorker(mode.Service):
             key = output.key.encode("utf-8") if output.key is not None else None
             sends.add(topic, self._partitions.for_key(topic, key), key, encode_output_value(output))
         return outputs
+
+    async def _open_call(self, store: PartitionStore, last: int) -> None:
+        """Send the record that opens a call applying the input after the store's applied offset up to ``last``,
+        and wait for Kafka (:mod:`.changelog`)."""
+        sends = self._sends("changelog")
+        key, value, hdrs = opening(store.applied, last)
+        sends.add(self.names.changelog(store.stage), store.partition, key, value, hdrs)
+        await sends.send()
 
     async def _write_changelog(
         self, store: PartitionStore, changes: dict[str, bytes | None], applied: int
