@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -27,11 +27,14 @@ from streamdedup.drivers.collector import collector_paused
 from streamdedup.errors import StateError
 from streamdedup.store.base import VIEW_FAMILY, Store, Transaction, check_params
 
-__all__ = ["EmbeddedRunner", "Origin", "RunCounters"]
+__all__ = ["EmbeddedRunner", "Origin", "RunCounters", "Sink"]
 
 logger = logging.getLogger(__name__)
 
 _COUNTERS_KEY = "embedded-counters"
+
+#: Takes a batch's outputs before its state commits; may return metadata to commit with the state.
+Sink = Callable[[list[Output]], Mapping[str, bytes] | None]
 
 
 @dataclass
@@ -136,7 +139,7 @@ class EmbeddedRunner:
     def process(
         self,
         events: Sequence[InputEvent],
-        sink: Callable[[list[Output]], None],
+        sink: Sink,
         *,
         dead_letters: Iterable[Output] = (),
         meta: dict[str, bytes] | None = None,
@@ -144,7 +147,8 @@ class EmbeddedRunner:
     ) -> list[Output]:
         """Run one batch of events to quiescence, hand its outputs to ``sink``, then commit its state.
 
-        ``meta`` is committed with the state (a feed's position, for instance). ``origins``, one per event, is what
+        ``meta`` is committed with the state (a feed's position, for instance), and so is what ``sink`` returns
+        (where its outputs end, for instance). ``origins``, one per event, is what
         a dead letter of an event that fails in a handler names; without it, the event's position in the batch.
         """
         with collector_paused():
@@ -153,7 +157,7 @@ class EmbeddedRunner:
     def _process(
         self,
         events: Sequence[InputEvent],
-        sink: Callable[[list[Output]], None],
+        sink: Sink,
         dead_letters: Iterable[Output],
         meta: dict[str, bytes] | None,
         origins: Sequence[Origin] | None,
@@ -173,9 +177,10 @@ class EmbeddedRunner:
         self.counters.events += applied
         self.last_applied = applied
         self.counters.observe_all(outputs, txn)
-        sink(outputs)
+        delivered = sink(outputs)
         txn.meta[_COUNTERS_KEY] = self.counters.to_json()
         txn.meta.update(meta or {})
+        txn.meta.update(delivered or {})
         txn.commit()
         return outputs
 

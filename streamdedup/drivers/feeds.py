@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 from streamdedup.core.messages import Output
 from streamdedup.core.model import InputEvent
-from streamdedup.drivers.embedded import EmbeddedRunner, Origin
+from streamdedup.drivers.embedded import EmbeddedRunner, Origin, Sink
 
 __all__ = ["Feed", "FeedItem", "RunReport", "run_feed"]
 
@@ -59,7 +59,7 @@ class RunReport:
 def run_feed(
     runner: EmbeddedRunner,
     feed: Feed,
-    sink: Callable[[list[Output]], None],
+    sink: Sink,
     *,
     batch_size: int,
     report: RunReport | None = None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -18,7 +19,9 @@ from streamdedup.errors import ConfigurationError, InvalidEventError
 from streamdedup.settings import Settings
 from streamdedup.store.rocksdb import RocksDBStore
 
-__all__ = ["FileSink", "JsonlFeed", "Line", "opened_state", "read_events", "read_lines"]
+__all__ = ["SINK_META_KEY", "FileSink", "JsonlFeed", "Line", "opened_state", "read_events", "read_lines"]
+
+logger = logging.getLogger(__name__)
 
 
 class Line(NamedTuple):
@@ -69,21 +72,53 @@ def read_events(path: Path, limits: EventLimits = DEFAULT_LIMITS) -> Iterator[Li
             yield Line(number, done, item, Origin(line, where))
 
 
+#: State metadata: the size of the output file once a batch's outputs were written, and the file's path, committed
+#: with the batch's state.
+SINK_META_KEY = "embedded-output-file"
+
+
 class FileSink:
-    """Append output lines to a file (or standard output for ``-``), durable before the state commits."""
+    """Append output lines to a file (or standard output for ``-``), durable before the state commits.
+
+    Each batch's state commits with the file's size after its outputs. A run that stops between the two (killed,
+    the machine lost) leaves outputs of a batch its state does not hold: :meth:`roll_back` cuts them off before the
+    next run appends. Applied again, the batch might not make them again: the input may have changed meanwhile, or
+    be cut into other batches, and a chunk the lost batch wrote could then stay in the file for good. Standard
+    output cannot be cut; a consumer of it sees such a batch's outputs, and what the next run makes instead.
+    """
 
     def __init__(self, target: str) -> None:
         self._stdout = target == "-"
+        self._path = "" if self._stdout else os.path.abspath(target)
         self._handle: BinaryIO = (
             os.fdopen(os.dup(1), "ab") if self._stdout else open(target, "ab")  # noqa: SIM115
         )
 
-    def __call__(self, outputs: list[Output]) -> None:
-        """Write ``outputs`` and make them durable."""
+    def __call__(self, outputs: list[Output]) -> dict[str, bytes] | None:
+        """Write ``outputs`` and make them durable; return the metadata to commit with the batch's state."""
         self._handle.write(b"".join(encode_output_line(o) for o in outputs))
         self._handle.flush()
-        if not self._stdout:
-            os.fsync(self._handle.fileno())
+        if self._stdout:
+            return None
+        os.fsync(self._handle.fileno())
+        return {SINK_META_KEY: f"{self._handle.tell()}\n{self._path}".encode()}
+
+    @staticmethod
+    def roll_back(target: str, committed: bytes | None) -> int:
+        """Cut the output file ``target`` back to the size the state committed with it; return the bytes cut."""
+        if target == "-" or committed is None:
+            return 0
+        size_text, _, path = committed.decode().partition("\n")
+        if path != os.path.abspath(target) or not os.path.exists(path):
+            return 0  # another file than the one the state wrote to
+        extra = os.path.getsize(path) - int(size_text)
+        if extra <= 0:
+            return 0
+        with open(path, "r+b") as handle:
+            handle.truncate(int(size_text))
+            handle.flush()
+            os.fsync(handle.fileno())
+        return extra
 
     def close(self) -> None:
         """Close the file."""
@@ -118,6 +153,14 @@ def opened_state(settings: Settings, state: Path, out: str) -> Iterator[tuple[Em
             raise ConfigurationError(
                 f"{out} already holds outputs, but the state at {state} is new: appending would mix two "
                 "histories in one file; remove it or choose another --out"
+            )
+        cut = FileSink.roll_back(out, store.get_meta(SINK_META_KEY))
+        if cut:
+            logger.warning(
+                "%s ended in %d bytes of outputs of a batch whose state was not committed (the last run stopped "
+                "in between); they were removed, and the batch is applied again",
+                out,
+                cut,
             )
         sink = FileSink(out)
         yield runner, sink

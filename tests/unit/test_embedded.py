@@ -1,15 +1,20 @@
 """The embedded driver: deterministic output (I5), replay changes nothing (I4), state survives restarts."""
 
 import contextlib
+import json
 import random
 
 from streamdedup.codec import encode_output_line
+from streamdedup.core.model import DeleteEvent
 from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.drivers.jsonl import SINK_META_KEY, FileSink, opened_state
+from streamdedup.settings import Settings
 from streamdedup.store.rocksdb import RocksDBStore
 from streamdedup.testing.feeds import random_feed
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, live_sources
+from tests.helpers import upsert
 
 
 def _run(engine, store, events, batch):
@@ -81,3 +86,52 @@ def test_a_crash_before_commit_repeats_the_batch_harmlessly(engine, tmp_path):
     live = live_sources(events)
     assert check_invariants(view, live, threshold=0.8, shingle_size=5) == []
     assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
+
+
+class _Killed(BaseException):
+    """The process dying between writing a batch's outputs and committing its state."""
+
+
+def _chunks_in(path) -> dict[str, object]:
+    chunks: dict[str, object] = {}
+    for line in path.read_bytes().splitlines():
+        record = json.loads(line)
+        if record["topic"] == "canonical-chunks":
+            chunks[record["key"]] = record["value"]
+    return {key: value for key, value in chunks.items() if value is not None}
+
+
+def test_outputs_of_a_batch_whose_state_was_lost_are_cut_from_the_output_file(tmp_path, caplog):
+    text = (
+        "Travel bookings are made through the travel desk at least two weeks before departure, and every booking "
+        "needs the approval of the traveller's manager before the desk confirms the tickets and the hotel"
+    )
+    settings, state, out = Settings(), tmp_path / "state", tmp_path / "outputs.jsonl"
+    with opened_state(settings, state, str(out)) as (runner, sink):
+        runner.process(
+            [upsert("kept", 1, ["A document that stays, with enough words in it to count here."])], sink
+        )
+        committed = out.stat().st_size
+
+        def dies(outputs):
+            sink(outputs)  # written and made durable ...
+            raise _Killed  # ... then the process is gone before the commit
+
+        with contextlib.suppress(_Killed):
+            runner.process([upsert("travel", 1, [text])], dies)
+    assert len(_chunks_in(out)) == 2 and out.stat().st_size > committed
+    # Before the next run, the document was deleted: that batch will never be applied again as it was.
+    with opened_state(settings, state, str(out)) as (runner, sink):
+        assert out.stat().st_size == committed
+        runner.process([DeleteEvent(source_id="travel", version=2)], sink)
+    assert "whose state was not committed" in caplog.text
+    (chunk,) = _chunks_in(out).values()
+    assert chunk["canonical"]["source_id"] == "kept"
+    # A state that did commit keeps its file whole; another output file is never cut.
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(b"x" * 10)
+    store = RocksDBStore(state)
+    committed_meta = store.get_meta(SINK_META_KEY)
+    store.close()
+    assert FileSink.roll_back(str(out), committed_meta) == 0
+    assert FileSink.roll_back(str(other), committed_meta) == 0 and other.stat().st_size == 10
