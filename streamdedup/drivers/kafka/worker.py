@@ -277,7 +277,8 @@ class StageWorker(mode.Service):
                 store = by_changelog[tp]
                 if report.trailing:
                     await self._repair(store, list(report.trailing))
-                store.cut = max(store.cut, report.cut) if max(store.cut, report.cut) > store.applied else -1
+                cut = max(store.cut, report.cut)
+                store.cut = cut if cut > store.applied else -1
                 if store.cut >= 0:
                     logger.warning(
                         "%s-%d: a call that delivered was cut short; its input (%d to %d) is applied again first",
