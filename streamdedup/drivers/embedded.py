@@ -148,8 +148,8 @@ class EmbeddedRunner:
         """Run one batch of events to quiescence, hand its outputs to ``sink``, then commit its state.
 
         ``meta`` is committed with the state (a feed's position, for instance), and so is what ``sink`` returns
-        (where its outputs end, for instance). ``origins``, one per event, is what
-        a dead letter of an event that fails in a handler names; without it, the event's position in the batch.
+        (where its outputs end, for instance). ``origins``, one per event, is what a dead letter of an event that
+        fails in a handler names; without it, the event's position in the batch.
         """
         with collector_paused():
             return self._process(events, sink, dead_letters, meta, origins)

@@ -58,7 +58,11 @@ def headers(call_id: str, count: int, applied: int) -> list[tuple[str, bytes]]:
 
 def opening(after: int, last: int) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
     """Return the key, value and headers of the record that opens a call applying input offsets ``after`` + 1 to
-    ``last``."""
+    ``last``.
+
+    Replay reads ``last`` alone; ``after`` is there for a person reading the log. The header only makes
+    :meth:`Replay.feed_records` pass the record to :meth:`Replay.feed`, as it does every record with headers.
+    """
     return OPEN_KEY, f"{after} {last}".encode(), [(_OPEN, b"1")]
 
 
