@@ -1,11 +1,22 @@
 # The streamdedup worker image. Build: docker build -t streamdedup .
-FROM python:3.11-slim
+# The first stage builds the wheel, compiled kernels (native/, Rust) included; the image holds no compiler.
+FROM python:3.11-slim AS build
+COPY --from=rust:1.85-slim /usr/local/cargo /usr/local/cargo
+COPY --from=rust:1.85-slim /usr/local/rustup /usr/local/rustup
+ENV CARGO_HOME=/usr/local/cargo RUSTUP_HOME=/usr/local/rustup PATH=/usr/local/cargo/bin:$PATH PIP_NO_CACHE_DIR=1
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml constraints.txt README.md LICENSE ./
+COPY native ./native
+COPY streamdedup ./streamdedup
+RUN pip wheel --no-deps --wheel-dir /wheels .
 
+FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
-COPY pyproject.toml constraints.txt README.md LICENSE ./
-COPY streamdedup ./streamdedup
-RUN pip install -c constraints.txt . && useradd --system --uid 10001 --home /data streamdedup \
+COPY constraints.txt ./
+COPY --from=build /wheels /wheels
+RUN pip install -c constraints.txt /wheels/*.whl && rm -rf /wheels && useradd --system --uid 10001 --home /data streamdedup \
     && mkdir -p /data && chown streamdedup /data
 USER streamdedup
 ENV STREAMDEDUP_DATA_DIR=/data STREAMDEDUP_WEB_HOST=0.0.0.0 STREAMDEDUP_WEB_PORT=6066

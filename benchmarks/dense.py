@@ -79,7 +79,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--copies", type=int, default=1_500)
     args = parser.parse_args()
-    run(20, unrelated=True)  # warm the compiled signatures' cache, as any earlier run would have
+    run(20, unrelated=True)  # warm what a first run loads, as any earlier run would have
     baseline, _ = run(args.copies, unrelated=True)
     seconds, counts = run(args.copies, unrelated=False)
     flags = counts["review:fact_conflict"]

@@ -8,8 +8,7 @@
    datasketch's ``MinHash.bulk`` computing their signatures alone (what a user's own datasketch loop costs
    before any LSH query), and the engine's compiled signature kernel alone. Each runs ``--repeat`` times (3),
    interleaved, each engine run on a new state, and the best run of each counts (the shared machine's speed
-   drifts, and one run of each compared rates measured minutes apart; the first engine run also loads the
-   compiled kernels).
+   drifts, and one run of each compared rates measured minutes apart).
 2. As a user runs it: a pre-chunked JSONL feed of about 10,000 positions (documents of ten Django chunks),
    ``streamdedup run`` from launch to exit, against a script that reads the same file and calls ``MinHash.bulk``
    (its launch included too).
@@ -41,7 +40,6 @@ from typing import Any
 
 from benchmarks.common import django_chunks, django_files, rss_bytes, save, time_stages
 from benchmarks.signatures import _bulk
-from streamdedup.core import compiled
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
@@ -204,10 +202,6 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
     rng = random.Random(7)
     pool = sorted({c for c in django_chunks() if len(c.split()) >= 8})
     vocabulary = sorted({w for c in pool for w in c.split() if w.isalpha()})
-    # The windows compare the engine with itself as its state grows: the compiled kernels, which a run loads once
-    # its signatures take long enough (streamdedup.core.compiled), are loaded before the first window, or that
-    # window would carry the NumPy kernel's time and the loading (about a second) and flatter the ratio.
-    compiled.load()
     probe = _fixed_work(Engine(EngineParams()), pool)
     probe()  # its first run loads what later ones reuse
     fixed = 0.0

@@ -8,7 +8,7 @@ The engine's targets compare it with a Quix Streams application that only hashes
 far any Python implementation could go: it is a plain loop that does the storage work the engine cannot avoid and
 nothing else, on the project's own store (``RocksDBStore``, the same RocksDB options), in batches of 256
 documents as ``streamdedup run`` takes them, with the chunker, normalization and signature kernel of the engine
-(the compiled kernels loaded before anything is timed):
+(the package's compiled kernels):
 
 1. ``exact``: each chunk normalized and hashed (SHA-256); one record per document (its content hashes) and one per
    distinct text (its text and at most 100 source positions), read with one multi-get and written with one
@@ -54,7 +54,6 @@ import numpy as np
 
 from benchmarks.common import django_chunks, django_files, save
 from streamdedup.codec import decode_event
-from streamdedup.core import compiled
 from streamdedup.core.chunking import chunk_document
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
@@ -366,7 +365,6 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--peer", action="store_true", help="also run the Quix peer on the streaming feed")
     args = parser.parse_args()
-    compiled.load()
     result: dict[str, Any] = {"batch": BATCH, "repeat": args.repeat, "feeds": {}}
     from benchmarks.streaming import start_broker, stop_broker
 

@@ -305,8 +305,8 @@ def _streaming(lines: list[str]) -> None:
         f"same machine). {result['documents']:,} documents of {result['chunks_per_document']} real Django chunks "
         f"({chunks:,} chunks), {result['partitions']} partitions; every row from the same run, on the same broker",
         "and the same events (the Quix peer gets them as one message per chunk). A worker is timed once its group is",
-        "stable and it is healthy (partition stores recovered) with its compiled kernels loaded (as the peer is",
-        "timed after its startup), from the first produce until the last record it",
+        "stable and it is healthy (partition stores recovered; as the peer is timed after its startup), from the",
+        "first produce until the last record it",
         "wrote; its CPU is user + system of its process over the same window (psutil). The embedded engine, the",
         f"workers and the peer each ran {result.get('repeats', 1)} times, interleaved; the table shows each one's "
         "best chunks/s and best chunks per CPU-s (every run below).\n",

@@ -21,8 +21,7 @@ the same feed (documents of five real Django chunks each, pre-chunked upserts):
 7. one more one-worker run under py-spy, to say where the worker's time goes.
 
 Workers are timed only once every one of them is in a stable group and healthy (``/health`` answers 503 while a
-worker recovers its partition stores) and has loaded its compiled kernels (``/health`` says ``compiled_kernels``;
-a worker loads them once idle for a second), so no rebalance, recovery or kernel loading falls in a timed window.
+worker recovers its partition stores), so no rebalance or recovery falls in a timed window.
 """
 
 from __future__ import annotations
@@ -260,21 +259,16 @@ class _Workers:
                 out.append(None)
         return out
 
-    def wait_ready(self, timeout: float = 180, assigned: int | None = None, compiled: bool = False) -> float:
+    def wait_ready(self, timeout: float = 180, assigned: int | None = None) -> float:
         """Wait until every worker answers /health with 200 (and, given ``assigned``, they hold that many stage
-        partitions between them; with ``compiled``, each has loaded its compiled kernels); return the time it
-        happened (``time.perf_counter``)."""
+        partitions between them); return the time it happened (``time.perf_counter``)."""
         deadline = time.monotonic() + timeout
         while True:
             for process in self.processes:
                 if process.poll() is not None:
                     raise RuntimeError(f"a worker exited with {process.returncode} before it was ready")
             found = self.health()
-            if (
-                all(found)
-                and (assigned is None or sum(h["assigned"] for h in found if h) == assigned)
-                and (not compiled or all(h and h.get("compiled_kernels") for h in found))
-            ):
+            if all(found) and (assigned is None or sum(h["assigned"] for h in found if h) == assigned):
                 return time.perf_counter()
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the workers did not become ready: {found}")
@@ -282,7 +276,7 @@ class _Workers:
 
     def wait_stable(self, settings: Settings, timeout: float = 180) -> None:
         """Wait until the consumer group is stable with every worker in it and every worker is healthy (its
-        partition stores recovered, compiled kernels loaded) holding every stage partition, so no rebalance falls
+        partition stores recovered) holding every stage partition, so no rebalance falls
         in a timed run."""
         from aiokafka.admin import AIOKafkaAdminClient
         from aiokafka.errors import GroupCoordinatorNotAvailableError
@@ -309,9 +303,7 @@ class _Workers:
                 raise TimeoutError("the worker group did not settle")
             time.sleep(0.5)
         time.sleep(0.5)  # the assignment reaches the members just after the group turns stable
-        # A worker loads its compiled kernels once idle for a second, in a thread: a run that starts before that
-        # would time the loading (imports holding the interpreter) and the NumPy kernel instead of the steady state.
-        self.wait_ready(timeout, assigned=len(STAGES) * settings.partitions, compiled=True)
+        self.wait_ready(timeout, assigned=len(STAGES) * settings.partitions)
 
     def cpu_seconds(self) -> list[float]:
         return [_cpu_seconds(p.pid) for p in self.processes]

@@ -13,7 +13,7 @@ from streamdedup.core.params import EngineParams
 
 
 def __getattr__(name: str) -> Any:
-    # The engine and the view load the compiled parts (numba, numpy): only when asked for, so that commands that
+    # The engine and the view load NumPy and the compiled kernels: only when asked for, so that commands that
     # do not run the engine start fast.
     if name == "Engine":
         from streamdedup.core.engine import Engine

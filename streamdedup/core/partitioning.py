@@ -11,7 +11,7 @@ exactly where Kafka would have put each of its keys.
 
 from __future__ import annotations
 
-from streamdedup.core.compiled import loaded
+from streamdedup.core import _native
 
 __all__ = ["murmur2", "partition_for", "positive_murmur2"]
 
@@ -45,12 +45,9 @@ def murmur2(data: bytes) -> int:
 
 
 def positive_murmur2(data: bytes) -> int:
-    """Return ``murmur2(data) & 0x7FFFFFFF`` (what Kafka's default partitioner takes modulo): compiled once the
-    engine's compiled kernels are loaded (every message needs one), in Python before."""
-    compiled = loaded()
-    if compiled is not None:
-        return int(compiled.positive_murmur2(data))
-    return murmur2(data) & 0x7FFFFFFF
+    """Return ``murmur2(data) & 0x7FFFFFFF`` (what Kafka's default partitioner takes modulo), compiled: every
+    message needs one. :func:`murmur2` is its reference."""
+    return _native.positive_murmur2(data)
 
 
 def partition_for(key: str, partitions: int) -> int:

@@ -7,10 +7,11 @@ minimum per permutation. Signatures are stored in ``LeanMinHash``'s little-endia
 ``datasketch.LeanMinHash.deserialize(data, byteorder="<")`` reads them.
 
 The shingle hash is built from word hashes (FNV-1a 64 over the word's UTF-8 bytes, then a 64-bit finalizer),
-combined polynomially over the shingle's words and folded to 32 bits. That lets one compiled pass (numba) read
-the UTF-8 bytes of a whole batch of texts and produce every signature, with no Python work per word or shingle;
-:func:`numpy_kernel` computes the same with NumPy array operations until the time it has taken makes loading
-the compiled kernel pay (:mod:`streamdedup.core.compiled`).
+combined polynomially over the shingle's words and folded to 32 bits. That lets one compiled pass read the
+UTF-8 bytes of a whole batch of texts and produce every signature, with no Python work per word or shingle: the
+package's Rust extension, ``streamdedup.core._native`` (``native/`` in the repository). :func:`numpy_kernel` and
+:func:`band_hashes_numpy` compute the same with NumPy array operations; they are the reference the tests compare
+the compiled kernels with.
 
 >>> scheme = SignatureScheme(num_perm=16, seed=1, shingle_size=5)
 >>> sigs, distinct = scheme.signatures(["a b c d e", "a b c d e", ""])
@@ -23,16 +24,15 @@ True
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.core.compiled import computed_without, for_batch
+from streamdedup.core import _native
 
-__all__ = ["SignatureScheme", "estimate_jaccard", "numpy_kernel", "shingle_hash32"]
+__all__ = ["SignatureScheme", "band_hashes_numpy", "estimate_jaccard", "numpy_kernel", "shingle_hash32"]
 
 _SCHEME_CODE_AFFINE32 = 1
 _HEADER = struct.Struct("<qiB")
@@ -216,13 +216,7 @@ class SignatureScheme:
         data = np.frombuffer(b"".join(encoded) if offsets[-1] else b"\0", dtype=np.uint8)
         out = np.empty((len(encoded), self.num_perm), dtype=np.uint32)
         distinct = np.zeros(len(encoded), dtype=np.int64)
-        compiled = for_batch(len(encoded))
-        if compiled is not None:
-            compiled.signatures(data, offsets, self.shingle_size, self._a, self._b, out, distinct)
-        else:
-            start = time.perf_counter()
-            numpy_kernel(data, offsets, self.shingle_size, self._a, self._b, out, distinct)
-            computed_without(time.perf_counter() - start)
+        _native.signatures(data, offsets, self.shingle_size, self._a, self._b, out, distinct)
         return out, distinct
 
     def to_bytes(self, signature: Signature) -> bytes:
@@ -260,12 +254,20 @@ class SignatureScheme:
         self, signatures: npt.NDArray[np.uint32], bands: int, rows: int
     ) -> npt.NDArray[np.uint64]:
         """Return the 64-bit hash of each band of every signature row (texts x bands): what band keys spell."""
-        count = len(signatures)
-        values = np.asarray(signatures, dtype=np.uint64)[:, : bands * rows].reshape(count, bands, rows)
-        hashes: npt.NDArray[np.uint64] = np.broadcast_to(_band_seeds(bands), (count, bands))
-        for row in range(rows):
-            hashes = _mix64_array(hashes ^ values[:, :, row])
+        values = np.ascontiguousarray(signatures, dtype=np.uint32)
+        hashes = np.empty((len(values), bands), dtype=np.uint64)
+        _native.band_hashes(values, values.shape[1], bands, rows, hashes)
         return hashes
+
+
+def band_hashes_numpy(signatures: npt.NDArray[np.uint32], bands: int, rows: int) -> npt.NDArray[np.uint64]:
+    """Return what :meth:`SignatureScheme.band_hashes` returns, with NumPy array operations."""
+    count = len(signatures)
+    values = np.asarray(signatures, dtype=np.uint64)[:, : bands * rows].reshape(count, bands, rows)
+    hashes: npt.NDArray[np.uint64] = np.broadcast_to(_band_seeds(bands), (count, bands))
+    for row in range(rows):
+        hashes = _mix64_array(hashes ^ values[:, :, row])
+    return hashes
 
 
 def _band_seeds(bands: int) -> npt.NDArray[np.uint64]:

@@ -20,7 +20,7 @@ _IO_MODULES = {"asyncio", "io", "os", "pathlib", "shutil", "socket", "sqlite3", 
 
 def test_core_code_does_no_io():
     # The core's own code: no I/O or Kafka modules, no open() or print(), no async. (Libraries it uses for
-    # computation may import what they like; numba, for one, caches compiled code on disk as Python does .pyc.)
+    # computation may import what they like.)
     problems = []
     for path in sorted((Path(__file__).parents[2] / "streamdedup" / "core").rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))

@@ -2,7 +2,7 @@ from aiokafka.partitioner import murmur2 as kafka_murmur2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.core.compiled import load
+from streamdedup.core import _native
 from streamdedup.core.partitioning import murmur2, partition_for, positive_murmur2
 
 
@@ -25,5 +25,5 @@ def test_known_value_from_the_java_client():
 @given(st.text(max_size=80), st.integers(2, 64))
 def test_the_compiled_partitioner_agrees_with_murmur2(key, partitions):
     data = key.encode("utf-8")
-    assert load().positive_murmur2(data) == murmur2(data) & 0x7FFFFFFF == positive_murmur2(data)
+    assert _native.positive_murmur2(data) == murmur2(data) & 0x7FFFFFFF == positive_murmur2(data)
     assert partition_for(key, partitions) == (murmur2(data) & 0x7FFFFFFF) % partitions

@@ -1,16 +1,19 @@
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from datasketch import LeanMinHash, MinHash
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.core.compiled import load
+from streamdedup.core import _native
 from streamdedup.core.normalize import normalize
 from streamdedup.core.shingles import jaccard, jaccard_of_sets, shingle_set, shingles
-from streamdedup.core.signatures import SignatureScheme, estimate_jaccard, numpy_kernel, shingle_hash32
+from streamdedup.core.signatures import (
+    SignatureScheme,
+    band_hashes_numpy,
+    estimate_jaccard,
+    numpy_kernel,
+    shingle_hash32,
+)
 
 SCHEME = SignatureScheme(num_perm=128, seed=1, shingle_size=5)
 WORDS = st.sampled_from("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi".split())
@@ -151,70 +154,37 @@ RAW_WORDS = st.one_of(WORDS, TEXT_WORDS, st.text(alphabet="xyé", min_size=60, m
 )
 def test_the_numpy_kernel_equals_the_compiled_one(texts, leading_space):
     texts = [" " + t if leading_space else t for t in texts]
-    compiled_rows, compiled_distinct = _kernel_rows(load().signatures, texts)
+    compiled_rows, compiled_distinct = _kernel_rows(_native.signatures, texts)
     numpy_rows, numpy_distinct = _kernel_rows(numpy_kernel, texts)
     assert np.array_equal(compiled_rows, numpy_rows)
     assert np.array_equal(compiled_distinct, numpy_distinct)
 
 
-def _fresh_interpreter(code: str) -> list[str]:
-    """Run ``code`` in a new interpreter (nothing loaded yet) and return the words it printed."""
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+@given(
+    st.lists(st.lists(st.integers(0, 2**32 - 1), min_size=128, max_size=128), max_size=8),
+    st.sampled_from([(21, 6), (4, 3), (1, 128), (32, 4)]),
+)
+def test_the_compiled_band_hashes_equal_the_numpy_ones(rows_of, shape):
+    signatures = np.array(rows_of, dtype=np.uint32).reshape(len(rows_of), 128)
+    bands, rows = shape
+    assert np.array_equal(
+        SCHEME.band_hashes(signatures, bands, rows), band_hashes_numpy(signatures, bands, rows)
     )
-    return result.stdout.split()
 
 
-def test_a_small_batch_keeps_numpy_and_one_that_would_take_the_budget_alone_loads_the_compiled_kernel():
-    code = (
-        "import sys\n"
-        "from streamdedup.core.compiled import _NUMPY_SECONDS_PER_TEXT, LOAD_BUDGET_SECONDS\n"
-        "from streamdedup.core.signatures import SignatureScheme\n"
-        "scheme = SignatureScheme(128, 1, 5)\n"
-        "small, _ = scheme.signatures(['one two three four five six'] * 64)\n"
-        "print('numba' in sys.modules)\n"
-        "enough = int(LOAD_BUDGET_SECONDS / _NUMPY_SECONDS_PER_TEXT)\n"
-        "large, _ = scheme.signatures(['one two three four five six'] * enough)\n"
-        "print('numba' in sys.modules, bool((large[:64] == small).all()))\n"
-    )
-    assert _fresh_interpreter(code) == ["False", "True", "True"]
-
-
-def test_small_batches_load_the_compiled_kernel_once_numpy_has_taken_the_budget():
-    code = (
-        "import sys\n"
-        "from streamdedup.core.compiled import loaded\n"
-        "from streamdedup.core.signatures import SignatureScheme\n"
-        "scheme = SignatureScheme(128, 1, 5)\n"
-        "rows = {}\n"
-        "for i in range(100_000):\n"
-        "    batch = [f'text {i} {j} has a few words' for j in range(10)]\n"
-        "    if loaded() is not None:\n"
-        "        break\n"
-        "    rows[i] = scheme.signatures(batch)[0]\n"
-        "print(i > 1, 'numba' in sys.modules, loaded() is not None)\n"
-        "print(all((scheme.signatures([f'text {k} {j} has a few words' for j in range(10)])[0] == rows[k]).all()\n"
-        "          for k in (0, i - 1)))\n"
-    )
-    assert _fresh_interpreter(code) == ["True", "True", "True", "True"]
-
-
-def test_the_kernels_are_used_only_once_compiled_so_a_thread_loading_them_holds_up_nobody():
-    # While a thread loads them, the caller's thread goes on with NumPy and Python: it must never see kernels
-    # that numba has yet to compile (it would wait for numba's compiler lock).
-    code = (
-        "import sys, threading\n"
-        "from streamdedup.core.compiled import load, loaded\n"
-        "from streamdedup.core.partitioning import partition_for\n"
-        "print(loaded() is None, 'numba' in sys.modules)\n"
-        "thread = threading.Thread(target=load)\n"
-        "thread.start()\n"
-        "seen = set()\n"
-        "while thread.is_alive() or not seen:\n"
-        "    partition_for('source-42', 12)\n"
-        "    kernels = loaded()\n"
-        "    if kernels is not None:\n"
-        "        seen.add((len(kernels.signatures.signatures), len(kernels.positive_murmur2.signatures)))\n"
-        "print(loaded() is not None, sorted(seen) == [(1, 1)])\n"
-    )
-    assert _fresh_interpreter(code) == ["True", "False", "True", "True"]
+def test_the_compiled_kernels_refuse_buffers_of_the_wrong_shape_or_kind():
+    data, offsets = np.frombuffer(b"a b", dtype=np.uint8), np.array([0, 3], dtype=np.int64)
+    a, b = SCHEME.permutations
+    out, distinct = np.empty((1, 128), np.uint32), np.empty(1, np.int64)
+    with pytest.raises(ValueError, match="offsets must rise"):
+        _native.signatures(data, np.array([0, 4], dtype=np.int64), 5, a, b, out, distinct)
+    with pytest.raises(ValueError, match="texts x permutations"):
+        _native.signatures(data, offsets, 5, a, b, np.empty((2, 128), np.uint32), distinct)
+    with pytest.raises(ValueError, match="writable"):
+        _native.signatures(data, offsets, 5, a, b, np.frombuffer(bytes(512), dtype=np.uint32), distinct)
+    with pytest.raises(BufferError):
+        _native.signatures(data, offsets.astype(np.int32), 5, a, b, out, distinct)
+    with pytest.raises(ValueError, match="texts x bands"):
+        _native.band_hashes(out, 128, 21, 6, np.empty((1, 20), np.uint64))
+    with pytest.raises(ValueError, match="bands x rows"):
+        _native.band_hashes(out, 128, 22, 6, np.empty((1, 22), np.uint64))

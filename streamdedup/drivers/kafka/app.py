@@ -16,7 +16,6 @@ import faust
 from faust.app.base import BootStrategy
 from faust.web import View
 
-from streamdedup.core import compiled
 from streamdedup.drivers.kafka.metrics import Metrics
 from streamdedup.drivers.kafka.partitions import PartitionStores
 from streamdedup.drivers.kafka.topics import TopicNames
@@ -61,9 +60,6 @@ def build_app(settings: Settings, stores: PartitionStores | None = None) -> tupl
         body = {
             "status": "recovering" if worker.recovering else "ok",
             "assigned": len(worker.stores.partitions),
-            # Whether the compiled kernels are in use yet (a worker loads them once idle): until then signatures
-            # come from the NumPy kernel, and a benchmark of the steady state waits for this.
-            "compiled_kernels": compiled.loaded() is not None,
         }
         return web.json(body, status=503 if worker.recovering else 200)
 

@@ -45,7 +45,6 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
 from streamdedup.codec import decode_event, encode_for_dead_letter, encode_output_value, event_key
-from streamdedup.core import compiled
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output
 from streamdedup.core.model import InputEvent
@@ -67,7 +66,6 @@ __all__ = ["StageWorker"]
 
 logger = logging.getLogger(__name__)
 _BATCH_BYTES = 1024 * 1024  # record batch size of the worker's producer
-_WARM_UP_IDLE = 1.0  # seconds without input after which the compiled kernels are loaded (if they are not yet)
 
 
 class _InputFailure(Exception):
@@ -130,7 +128,6 @@ class StageWorker(mode.Service):
         self._producer: AIOKafkaProducer | None = None
         self._restore: AIOKafkaConsumer | None = None
         self._partitions: TopicPartitions | None = None
-        self._warming: asyncio.Task[None] | None = None
 
     # Life cycle.
 
@@ -172,8 +169,6 @@ class StageWorker(mode.Service):
 
     async def on_stop(self) -> None:
         """Commit what was applied, close the stores and leave the group."""
-        if self._warming is not None:  # a thread cannot be stopped: let it end (it touches no state)
-            await asyncio.wait([self._warming], timeout=60)
         async with self._lock:
             if self._consumer is not None:
                 try:
@@ -187,37 +182,18 @@ class StageWorker(mode.Service):
         if self._producer is not None:
             await self._producer.stop()
 
-    async def _warm_up(self) -> None:
-        if compiled.loaded() is not None:
-            return
-        started = time.monotonic()
-        try:
-            await asyncio.to_thread(compiled.load)
-        except Exception as exc:  # the first large batch tries again, and fails loudly if it must
-            logger.warning("could not load the compiled kernels ahead of time: %r", exc)
-        else:
-            logger.info("compiled kernels loaded in %.2f s", time.monotonic() - started)
-
     @mode.Service.task
     async def _run(self) -> None:
         consumer = self._consumer
         assert consumer is not None
-        idle_since: float | None = None
         while not self.should_stop:
             try:
                 fetched = await consumer.getmany(
                     timeout_ms=int(self.settings.fetch_wait * 1000), max_records=self.settings.fetch_records
                 )
                 if fetched:
-                    idle_since = None
                     async with self._lock:
                         await self._round(fetched)
-                elif idle_since is None:
-                    idle_since = time.monotonic()
-                elif time.monotonic() - idle_since >= _WARM_UP_IDLE and self._warming is None:
-                    # Idle for a while: load the compiled kernels now, in a thread beside the event loop, rather
-                    # than in the first large batch.
-                    self._warming = asyncio.create_task(self._warm_up())
                 if time.monotonic() - self._last_commit >= self.settings.commit_interval:
                     try:
                         await self._commit()

@@ -1,0 +1,257 @@
+//! The compiled kernels of streamdedup (`streamdedup._native`): MinHash signatures of a batch of texts, their LSH
+//! band hashes, and Kafka's partitioner hash.
+//!
+//! Each has a NumPy or pure-Python twin in the package that gives the same results
+//! (`streamdedup.core.signatures.numpy_kernel` and `band_hashes_numpy`, `streamdedup.core.partitioning.murmur2`);
+//! the tests compare them on random and hostile input. The hash functions are spelled out in
+//! `streamdedup/core/signatures.py`.
+
+use pyo3::buffer::{Element, PyBuffer};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
+const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
+const COMBINE: u64 = 0x9E37_79B9_7F4A_7C15;
+
+#[inline]
+fn mix64(mut h: u64) -> u64 {
+    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^ (h >> 31)
+}
+
+#[inline]
+fn fmix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85EB_CA6B);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xC2B2_AE35);
+    h ^ (h >> 16)
+}
+
+/// Fill `out` (one slot per permutation) with the signature of one normalized text and return its number of
+/// distinct shingles. `words` and `shingles` are scratch space kept across texts.
+fn text_signature(
+    text: &[u8],
+    size: usize,
+    a: &[u32],
+    b: &[u32],
+    out: &mut [u32],
+    words: &mut Vec<u64>,
+    shingles: &mut Vec<u32>,
+) -> i64 {
+    words.clear();
+    let mut h = FNV_OFFSET;
+    let mut inside = false;
+    for &byte in text {
+        if byte == b' ' {
+            if inside {
+                words.push(mix64(h));
+                inside = false;
+            }
+        } else {
+            if !inside {
+                h = FNV_OFFSET;
+                inside = true;
+            }
+            h = (h ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
+        }
+    }
+    if inside {
+        words.push(mix64(h));
+    }
+    out.fill(u32::MAX);
+    if words.is_empty() {
+        return 0;
+    }
+    // Shingles of `size` words, or the one shingle of all words of a shorter text.
+    let width = size.clamp(1, words.len());
+    shingles.clear();
+    shingles.extend(words.windows(width).map(|window| {
+        let acc = mix64(window.iter().fold(0u64, |acc, &word| acc.wrapping_mul(COMBINE).wrapping_add(word)));
+        (acc ^ (acc >> 32)) as u32
+    }));
+    shingles.sort_unstable();
+    shingles.dedup();
+    for &shingle in shingles.iter() {
+        let hv = fmix32(shingle);
+        for ((slot, &ap), &bp) in out.iter_mut().zip(a).zip(b) {
+            *slot = (*slot).min(ap.wrapping_mul(hv).wrapping_add(bp));
+        }
+    }
+    shingles.len() as i64
+}
+
+/// A C-contiguous buffer's memory, checked for its element type (and for being writable when asked).
+struct Region<T> {
+    at: usize,
+    len: usize,
+    _kind: std::marker::PhantomData<T>,
+}
+
+impl<T: Element> Region<T> {
+    fn of(buffer: &PyBuffer<T>, name: &str, writable: bool) -> PyResult<Self> {
+        if writable && buffer.readonly() {
+            return Err(PyValueError::new_err(format!("{name} must be writable")));
+        }
+        let slice = buffer
+            .as_slice_ptr()
+            .ok_or_else(|| PyValueError::new_err(format!("{name} must be C-contiguous")))?;
+        Ok(Self { at: slice.as_ptr() as *mut T as usize, len: slice.len(), _kind: std::marker::PhantomData })
+    }
+
+    /// # Safety
+    /// The buffer this region was taken from must still be held, and no one else may write to it meanwhile.
+    unsafe fn slice<'a>(&self) -> &'a [T] {
+        if self.len == 0 {
+            return &[];
+        }
+        unsafe { std::slice::from_raw_parts(self.at as *const T, self.len) }
+    }
+
+    /// # Safety
+    /// As for `slice`, and no other reference into the buffer may be alive.
+    unsafe fn slice_mut<'a>(&self) -> &'a mut [T] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        unsafe { std::slice::from_raw_parts_mut(self.at as *mut T, self.len) }
+    }
+}
+
+/// signatures(data, offsets, size, a, b, out, distinct)
+/// --
+///
+/// Fill ``out`` (texts x permutations, uint32) and ``distinct`` (texts, int64) with the signature and the number
+/// of distinct shingles of each text ``data[offsets[i]:offsets[i + 1]]`` (UTF-8 bytes of normalized text; words
+/// are runs of bytes other than a space), as ``numpy_kernel`` does. Runs without the GIL.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn signatures(
+    py: Python<'_>,
+    data: PyBuffer<u8>,
+    offsets: PyBuffer<i64>,
+    size: usize,
+    a: PyBuffer<u32>,
+    b: PyBuffer<u32>,
+    out: PyBuffer<u32>,
+    distinct: PyBuffer<i64>,
+) -> PyResult<()> {
+    let data_r = Region::of(&data, "data", false)?;
+    let offsets_r = Region::of(&offsets, "offsets", false)?;
+    let a_r = Region::of(&a, "a", false)?;
+    let b_r = Region::of(&b, "b", false)?;
+    let out_r = Region::of(&out, "out", true)?;
+    let distinct_r = Region::of(&distinct, "distinct", true)?;
+    let perms = a_r.len;
+    if b_r.len != perms {
+        return Err(PyValueError::new_err("a and b must have the same length"));
+    }
+    let texts = offsets_r.len.saturating_sub(1);
+    if out_r.len != texts * perms || distinct_r.len != texts {
+        return Err(PyValueError::new_err("out must be texts x permutations and distinct one slot per text"));
+    }
+    // SAFETY: the buffers are held by this call until it returns; out and distinct are distinct writable buffers.
+    let (data_s, offsets_s) = unsafe { (data_r.slice(), offsets_r.slice()) };
+    for pair in offsets_s.windows(2) {
+        if pair[0] < 0 || pair[1] < pair[0] || pair[1] as usize > data_s.len() {
+            return Err(PyValueError::new_err("offsets must rise within data"));
+        }
+    }
+    py.detach(|| {
+        // SAFETY: as above; nothing in Python can run while these are in use, as the buffers stay exported.
+        let (data_s, offsets_s, a_s, b_s) =
+            unsafe { (data_r.slice(), offsets_r.slice(), a_r.slice(), b_r.slice()) };
+        let (out_s, distinct_s) = unsafe { (out_r.slice_mut(), distinct_r.slice_mut()) };
+        let mut words = Vec::new();
+        let mut shingles = Vec::new();
+        for (c, pair) in offsets_s.windows(2).enumerate() {
+            let text = &data_s[pair[0] as usize..pair[1] as usize];
+            let row = &mut out_s[c * perms..(c + 1) * perms];
+            distinct_s[c] = text_signature(text, size, a_s, b_s, row, &mut words, &mut shingles);
+        }
+    });
+    drop((data, offsets, a, b, out, distinct));
+    Ok(())
+}
+
+/// band_hashes(signatures, perms, bands, rows, out)
+/// --
+///
+/// Fill ``out`` (texts x bands, uint64) with the 64-bit hash of each band of every signature row of
+/// ``signatures`` (texts x perms, uint32): the band's seed, then each of its ``rows`` values folded in with the
+/// 64-bit finalizer, as ``SignatureScheme.band_hashes`` spells it.
+#[pyfunction]
+fn band_hashes(
+    py: Python<'_>,
+    signatures: PyBuffer<u32>,
+    perms: usize,
+    bands: usize,
+    rows: usize,
+    out: PyBuffer<u64>,
+) -> PyResult<()> {
+    let sig_r = Region::of(&signatures, "signatures", false)?;
+    let out_r = Region::of(&out, "out", true)?;
+    if perms == 0 || sig_r.len % perms != 0 || bands * rows > perms {
+        return Err(PyValueError::new_err("signatures must be texts x perms, with bands x rows <= perms"));
+    }
+    let texts = sig_r.len / perms;
+    if out_r.len != texts * bands {
+        return Err(PyValueError::new_err("out must be texts x bands"));
+    }
+    py.detach(|| {
+        // SAFETY: the buffers are held by this call until it returns, and out is writable and separate.
+        let (sig_s, out_s) = unsafe { (sig_r.slice(), out_r.slice_mut()) };
+        let seeds: Vec<u64> = (0..bands as u64).map(|band| mix64((band + 1).wrapping_mul(COMBINE))).collect();
+        for (row, hashes) in sig_s.chunks_exact(perms).zip(out_s.chunks_exact_mut(bands)) {
+            for (band, (slot, &seed)) in hashes.iter_mut().zip(&seeds).enumerate() {
+                let values = &row[band * rows..(band + 1) * rows];
+                *slot = values.iter().fold(seed, |h, &value| mix64(h ^ u64::from(value)));
+            }
+        }
+    });
+    drop((signatures, out));
+    Ok(())
+}
+
+/// positive_murmur2(data)
+/// --
+///
+/// Return ``murmur2(data) & 0x7FFFFFFF``: Kafka's default partitioner hash, before the modulo.
+#[pyfunction]
+fn positive_murmur2(data: &[u8]) -> i64 {
+    const M: u32 = 0x5BD1_E995;
+    let mut h: u32 = 0x9747_B28C ^ (data.len() as u32);
+    let mut blocks = data.chunks_exact(4);
+    for block in &mut blocks {
+        let mut k = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M) ^ k;
+    }
+    let rest = blocks.remainder();
+    if rest.len() == 3 {
+        h ^= u32::from(rest[2]) << 16;
+    }
+    if rest.len() >= 2 {
+        h ^= u32::from(rest[1]) << 8;
+    }
+    if !rest.is_empty() {
+        h ^= u32::from(rest[0]);
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    i64::from(h & 0x7FFF_FFFF)
+}
+
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_function(wrap_pyfunction!(signatures, module)?)?;
+    module.add_function(wrap_pyfunction!(band_hashes, module)?)?;
+    module.add_function(wrap_pyfunction!(positive_murmur2, module)?)?;
+    Ok(())
+}
