@@ -37,6 +37,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check streamdedup tests examples benchmarks
 	$(BIN)/ruff format --check streamdedup tests examples benchmarks
 	$(BIN)/mypy
+	cd native && cargo fmt --check && cargo clippy --release --locked --quiet -- -D warnings
 
 ## Benchmarks (never part of `make test`); each rewrites docs/benchmarks.md.
 BENCH_STAMP := $(VENV)/.bench-installed

@@ -9,6 +9,8 @@
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+use pyo3::types::PyBytes;
 
 const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
@@ -69,7 +71,9 @@ fn text_signature(
     let width = size.clamp(1, words.len());
     shingles.clear();
     shingles.extend(words.windows(width).map(|window| {
-        let acc = mix64(window.iter().fold(0u64, |acc, &word| acc.wrapping_mul(COMBINE).wrapping_add(word)));
+        let acc = mix64(window.iter().fold(0u64, |acc, &word| {
+            acc.wrapping_mul(COMBINE).wrapping_add(word)
+        }));
         (acc ^ (acc >> 32)) as u32
     }));
     shingles.sort_unstable();
@@ -98,7 +102,11 @@ impl<T: Element> Region<T> {
         let slice = buffer
             .as_slice_ptr()
             .ok_or_else(|| PyValueError::new_err(format!("{name} must be C-contiguous")))?;
-        Ok(Self { at: slice.as_ptr() as *mut T as usize, len: slice.len(), _kind: std::marker::PhantomData })
+        Ok(Self {
+            at: slice.as_ptr() as *mut T as usize,
+            len: slice.len(),
+            _kind: std::marker::PhantomData,
+        })
     }
 
     /// # Safety
@@ -150,7 +158,9 @@ fn signatures(
     }
     let texts = offsets_r.len.saturating_sub(1);
     if out_r.len != texts * perms || distinct_r.len != texts {
-        return Err(PyValueError::new_err("out must be texts x permutations and distinct one slot per text"));
+        return Err(PyValueError::new_err(
+            "out must be texts x permutations and distinct one slot per text",
+        ));
     }
     // SAFETY: the buffers are held by this call until it returns; out and distinct are distinct writable buffers.
     let (data_s, offsets_s) = unsafe { (data_r.slice(), offsets_r.slice()) };
@@ -194,7 +204,9 @@ fn band_hashes(
     let sig_r = Region::of(&signatures, "signatures", false)?;
     let out_r = Region::of(&out, "out", true)?;
     if perms == 0 || sig_r.len % perms != 0 || bands * rows > perms {
-        return Err(PyValueError::new_err("signatures must be texts x perms, with bands x rows <= perms"));
+        return Err(PyValueError::new_err(
+            "signatures must be texts x perms, with bands x rows <= perms",
+        ));
     }
     let texts = sig_r.len / perms;
     if out_r.len != texts * bands {
@@ -203,11 +215,15 @@ fn band_hashes(
     py.detach(|| {
         // SAFETY: the buffers are held by this call until it returns, and out is writable and separate.
         let (sig_s, out_s) = unsafe { (sig_r.slice(), out_r.slice_mut()) };
-        let seeds: Vec<u64> = (0..bands as u64).map(|band| mix64((band + 1).wrapping_mul(COMBINE))).collect();
+        let seeds: Vec<u64> = (0..bands as u64)
+            .map(|band| mix64((band + 1).wrapping_mul(COMBINE)))
+            .collect();
         for (row, hashes) in sig_s.chunks_exact(perms).zip(out_s.chunks_exact_mut(bands)) {
             for (band, (slot, &seed)) in hashes.iter_mut().zip(&seeds).enumerate() {
                 let values = &row[band * rows..(band + 1) * rows];
-                *slot = values.iter().fold(seed, |h, &value| mix64(h ^ u64::from(value)));
+                *slot = values
+                    .iter()
+                    .fold(seed, |h, &value| mix64(h ^ u64::from(value)));
             }
         }
     });
@@ -248,8 +264,186 @@ fn positive_murmur2(data: &[u8]) -> i64 {
     i64::from(h & 0x7FFF_FFFF)
 }
 
+/// NumPy's legacy Mersenne Twister (``numpy.random.RandomState``) seeded with an integer: what datasketch draws
+/// its permutations from.
+struct Mt19937 {
+    key: [u32; 624],
+    pos: usize,
+}
+
+impl Mt19937 {
+    fn new(seed: u32) -> Self {
+        let mut key = [0u32; 624];
+        key[0] = seed;
+        for i in 1..624 {
+            key[i] = 1_812_433_253u32
+                .wrapping_mul(key[i - 1] ^ (key[i - 1] >> 30))
+                .wrapping_add(i as u32);
+        }
+        Self { key, pos: 624 }
+    }
+
+    fn next_u32(&mut self) -> u32 {
+        const UPPER: u32 = 0x8000_0000;
+        const LOWER: u32 = 0x7FFF_FFFF;
+        if self.pos == 624 {
+            for i in 0..624 {
+                let y = (self.key[i] & UPPER) | (self.key[(i + 1) % 624] & LOWER);
+                let mag = if y & 1 == 1 { 0x9908_B0DF } else { 0 };
+                self.key[i] = self.key[(i + 397) % 624] ^ (y >> 1) ^ mag;
+            }
+            self.pos = 0;
+        }
+        let mut y = self.key[self.pos];
+        self.pos += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9D2C_5680;
+        y ^= (y << 15) & 0xEFC6_0000;
+        y ^ (y >> 18)
+    }
+}
+
+/// The ``a`` and ``b`` of datasketch's affine permutations for ``seed``: ``RandomState(seed)``, then
+/// ``randint(0, 2**31, num_perm, uint32) * 2 + 1`` and ``randint(0, 2**32, num_perm, uint32)``.
+fn draw_permutations(seed: u32, num_perm: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut mt = Mt19937::new(seed);
+    let a = (0..num_perm)
+        .map(|_| {
+            (mt.next_u32() & 0x7FFF_FFFF)
+                .wrapping_mul(2)
+                .wrapping_add(1)
+        })
+        .collect();
+    let b = (0..num_perm).map(|_| mt.next_u32()).collect();
+    (a, b)
+}
+
+/// Fill `out` with the two-bit sketch of a signature: each value times 0x9E3779B1, its top two bits, four values
+/// per byte from the low bits up (``streamdedup.core.sketches``).
+fn sketch(signature: &[u32]) -> Vec<u8> {
+    signature
+        .chunks(4)
+        .map(|four| {
+            four.iter().enumerate().fold(0u8, |byte, (i, &v)| {
+                byte | (((v.wrapping_mul(0x9E37_79B1) >> 30) as u8) << (2 * i))
+            })
+        })
+        .collect()
+}
+
+/// One signature scheme: ``num_perm`` permutations drawn from ``seed``, shingles of ``shingle_size`` words.
+#[pyclass(frozen, module = "streamdedup.core._native")]
+struct Scheme {
+    a: Vec<u32>,
+    b: Vec<u32>,
+    shingle_size: usize,
+}
+
+/// What `Scheme.features` returns for one text: distinct shingles, band keys, sketch.
+type TextFeatures<'py> = (i64, Option<Vec<String>>, Bound<'py, PyBytes>);
+
+/// What `Scheme.features` computes for one text.
+struct Features {
+    distinct: i64,
+    bands: Option<Vec<u64>>,
+    sketch: Vec<u8>,
+}
+
+#[pymethods]
+impl Scheme {
+    #[new]
+    fn new(num_perm: usize, seed: u32, shingle_size: usize) -> PyResult<Self> {
+        if num_perm == 0 || shingle_size == 0 {
+            return Err(PyValueError::new_err(
+                "num_perm and shingle_size must be positive",
+            ));
+        }
+        let (a, b) = draw_permutations(seed, num_perm);
+        Ok(Self { a, b, shingle_size })
+    }
+
+    /// The permutations' ``a`` and ``b``, as lists.
+    fn permutations(&self) -> (Vec<u32>, Vec<u32>) {
+        (self.a.clone(), self.b.clone())
+    }
+
+    /// features(texts, bands, rows, min_shingles)
+    /// --
+    ///
+    /// Return, for each normalized text, ``(distinct shingles, band keys or None, sketch)``: the LSH band keys
+    /// (``SignatureScheme.band_keys``) only for a text of at least ``min_shingles`` distinct shingles, and the
+    /// two-bit sketch of its signature (``sketches.sketches``). Computed without the GIL.
+    fn features<'py>(
+        &self,
+        py: Python<'py>,
+        texts: Vec<PyBackedStr>,
+        bands: usize,
+        rows: usize,
+        min_shingles: i64,
+    ) -> PyResult<Vec<TextFeatures<'py>>> {
+        let perms = self.a.len();
+        if bands * rows > perms {
+            return Err(PyValueError::new_err(
+                "bands x rows must not exceed num_perm",
+            ));
+        }
+        let computed: Vec<Features> = py.detach(|| {
+            let seeds: Vec<u64> = (0..bands as u64)
+                .map(|band| mix64((band + 1).wrapping_mul(COMBINE)))
+                .collect();
+            let mut words = Vec::new();
+            let mut shingles = Vec::new();
+            let mut row = vec![0u32; perms];
+            texts
+                .iter()
+                .map(|text| {
+                    let distinct = text_signature(
+                        text.as_bytes(),
+                        self.shingle_size,
+                        &self.a,
+                        &self.b,
+                        &mut row,
+                        &mut words,
+                        &mut shingles,
+                    );
+                    let bands = (distinct >= min_shingles).then(|| {
+                        seeds
+                            .iter()
+                            .enumerate()
+                            .map(|(band, &seed)| {
+                                row[band * rows..(band + 1) * rows]
+                                    .iter()
+                                    .fold(seed, |h, &value| mix64(h ^ u64::from(value)))
+                            })
+                            .collect()
+                    });
+                    Features {
+                        distinct,
+                        bands,
+                        sketch: sketch(&row),
+                    }
+                })
+                .collect()
+        });
+        Ok(computed
+            .into_iter()
+            .map(|f| {
+                let keys = f.bands.map(|hashes| {
+                    hashes
+                        .iter()
+                        .enumerate()
+                        .map(|(band, h)| format!("{band:03}{h:016x}"))
+                        .collect()
+                });
+                (f.distinct, keys, PyBytes::new(py, &f.sketch))
+            })
+            .collect())
+    }
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<Scheme>()?;
     module.add_function(wrap_pyfunction!(signatures, module)?)?;
     module.add_function(wrap_pyfunction!(band_hashes, module)?)?;
     module.add_function(wrap_pyfunction!(positive_murmur2, module)?)?;

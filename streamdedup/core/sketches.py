@@ -8,6 +8,7 @@ number of agreeing fields is binomial, and a pair at the threshold agrees on few
 fields with a probability under ``DISMISS_ERROR``. A candidate below that count is answered "no edge" without
 reading its record; any other is verified exactly, so no pair is ever merged on an estimate.
 
+>>> import numpy as np
 >>> a = sketches(np.arange(128, dtype=np.uint32)[None, :])[0]
 >>> len(a), agreements(a, a, 128)
 (32, 128)
@@ -19,9 +20,11 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["DISMISS_ERROR", "agreements", "dismiss_below", "estimate", "sketches"]
 
@@ -29,14 +32,17 @@ FIELD_BITS = 2
 FIELDS_PER_BYTE = 8 // FIELD_BITS
 # The chance that a pair exactly at the threshold is dismissed (it would then not be verified).
 DISMISS_ERROR = 1e-12
-_MULTIPLIER = np.uint32(0x9E3779B1)  # Fibonacci hashing: the top bits of the product depend on every bit
+_MULTIPLIER = 0x9E3779B1  # Fibonacci hashing: the top bits of the product depend on every bit
 _LOW_BITS = int("01" * 4096, 2)  # the low bit of every field, for sketches of up to 16,384 bytes
 
 
 def sketches(signatures: npt.NDArray[np.uint32]) -> list[bytes]:
-    """Return the sketch of each signature row: two bits per value, four values per byte."""
+    """Return the sketch of each signature row: two bits per value, four values per byte (the engine's come from
+    :meth:`~streamdedup.core.signatures.SignatureScheme.features`, compiled; the tests compare the two)."""
+    import numpy as np  # noqa: PLC0415 - the engine's sketches are compiled and need no NumPy
+
     rows, width = signatures.shape
-    fields = (signatures.astype(np.uint32) * _MULTIPLIER) >> np.uint32(32 - FIELD_BITS)
+    fields = (signatures.astype(np.uint32) * np.uint32(_MULTIPLIER)) >> np.uint32(32 - FIELD_BITS)
     padded = np.zeros((rows, -(-width // FIELDS_PER_BYTE) * FIELDS_PER_BYTE), dtype=np.uint8)
     padded[:, :width] = fields
     packed = padded[:, 0::4] | (padded[:, 1::4] << 2) | (padded[:, 2::4] << 4) | (padded[:, 3::4] << 6)

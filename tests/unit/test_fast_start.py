@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-HEAVY = ("numba", "numpy", "streamdedup.core.engine", "rocksdict", "aiokafka", "faust")
+HEAVY = ("numpy", "streamdedup.core.engine", "rocksdict", "aiokafka", "faust")
 
 
 def _loaded_by(code: str, modules: tuple[str, ...]) -> list[str]:
@@ -49,5 +49,24 @@ def test_the_worker_loads_no_terminal_markup_or_file_reading_modules():
         "from streamdedup.drivers.kafka.app import build_app, make_worker\n"
         "from streamdedup.drivers.kafka.admin import check_engine_params, ensure_topics"
     )
-    unwanted = ("rich", "markdown_it", "streamdedup.drivers.jsonl", "streamdedup.cli.kafka", "numba")
+    unwanted = ("rich", "markdown_it", "streamdedup.drivers.jsonl", "streamdedup.cli.kafka", "numpy")
     assert _loaded_by(code, unwanted) == []
+
+
+def test_the_engine_runs_without_numpy():
+    # Its signatures, band keys and sketches come from the compiled kernels; NumPy is for the reference twins.
+    code = (
+        "from streamdedup.cli.run import run_command\n"
+        "from streamdedup.core import Engine, EngineParams, SourceAttrs, UpsertEvent\n"
+        "from streamdedup.drivers.embedded import EmbeddedRunner\n"
+        "from streamdedup.store.memory import MemoryStore\n"
+        "outputs = []\n"
+        "runner = EmbeddedRunner(Engine(EngineParams()), MemoryStore())\n"
+        "text = ' '.join(f'word{i}' for i in range(40))\n"
+        "for i, tail in enumerate(['alpha', 'beta']):\n"
+        "    attrs = SourceAttrs(acl=('*',), modified_at=i)\n"
+        "    event = UpsertEvent(source_id=f's{i}', version=1, attrs=attrs, text=text + ' ' + tail)\n"
+        "    runner.process([event], outputs.extend)\n"
+        "assert any(o.topic == 'audit' for o in outputs), outputs"
+    )
+    assert _loaded_by(code, ("numpy", "streamdedup.core.engine")) == ["streamdedup.core.engine"]

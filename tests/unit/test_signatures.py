@@ -6,14 +6,10 @@ from hypothesis import strategies as st
 
 from streamdedup.core import _native
 from streamdedup.core.normalize import normalize
+from streamdedup.core.numpy_kernels import band_hashes_numpy, numpy_kernel, permutations_numpy
 from streamdedup.core.shingles import jaccard, jaccard_of_sets, shingle_set, shingles
-from streamdedup.core.signatures import (
-    SignatureScheme,
-    band_hashes_numpy,
-    estimate_jaccard,
-    numpy_kernel,
-    shingle_hash32,
-)
+from streamdedup.core.signatures import SignatureScheme, estimate_jaccard, shingle_hash32
+from streamdedup.core.sketches import sketches
 
 SCHEME = SignatureScheme(num_perm=128, seed=1, shingle_size=5)
 WORDS = st.sampled_from("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi".split())
@@ -170,6 +166,34 @@ def test_the_compiled_band_hashes_equal_the_numpy_ones(rows_of, shape):
     assert np.array_equal(
         SCHEME.band_hashes(signatures, bands, rows), band_hashes_numpy(signatures, bands, rows)
     )
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 700))
+def test_the_compiled_permutations_are_the_ones_numpy_draws_for_datasketch(seed, num_perm):
+    # 700 permutations take two of the Mersenne Twister's 624-word refills.
+    a, b = SignatureScheme(num_perm, seed, 5).permutations
+    want_a, want_b = permutations_numpy(seed, num_perm)
+    assert np.array_equal(a, want_a) and np.array_equal(b, want_b)
+
+
+def test_the_permutations_are_datasketchs():
+    a, b = SCHEME.permutations
+    assert np.array_equal(np.stack([a, b]), MinHash(num_perm=128, seed=1).permutations)
+
+
+@given(
+    st.lists(st.lists(st.one_of(WORDS, TEXT_WORDS), max_size=12).map(" ".join), max_size=6),
+    st.sampled_from([(21, 6), (4, 3), (32, 4)]),
+    st.integers(0, 6),
+)
+def test_features_are_the_signatures_band_keys_and_sketches_computed_apart(texts, shape, min_shingles):
+    bands, rows = shape
+    signatures, distinct = SCHEME.signatures(texts)
+    features = SCHEME.features(texts, bands, rows, min_shingles)
+    assert [d for d, _, _ in features] == distinct.tolist()
+    assert [s for _, _, s in features] == sketches(signatures)
+    for (count, keys, _), signature in zip(features, signatures, strict=True):
+        assert keys == (SCHEME.band_keys(signature, bands, rows) if count >= min_shingles else None)
 
 
 def test_the_compiled_kernels_refuse_buffers_of_the_wrong_shape_or_kind():

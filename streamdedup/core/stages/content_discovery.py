@@ -41,7 +41,6 @@ from streamdedup.core.messages import (
 from streamdedup.core.model import Rank, covered
 from streamdedup.core.records import audit_value, review_key, review_value
 from streamdedup.core.shingles import jaccard_of_sets
-from streamdedup.core.sketches import sketches
 from streamdedup.core.stages.content_work import Answer, Features, LateEdge, Work
 from streamdedup.core.stages.context import StageContext
 from streamdedup.core.state import Conflict, ContentRecord, NeighborEntry
@@ -62,18 +61,18 @@ class Discovery:
 
     def start(self, born: Sequence[Work], out: list[Message | Output]) -> None:
         """Compute the signatures of texts that came alive in this batch and join their bands."""
-        scheme, params = self._scheme, self._params
-        signatures, distinct = scheme.signatures([w.record.norm for w in born])
-        indexed = distinct >= params.min_shingles  # shorter texts match exactly only
-        band_keys = iter(scheme.band_keys_many(signatures[indexed], params.bands, params.rows))
-        for work, long_enough, sketch in zip(born, indexed.tolist(), sketches(signatures), strict=True):
-            if not long_enough:
+        params = self._params
+        features = self._scheme.features(
+            [w.record.norm for w in born], params.bands, params.rows, params.min_shingles
+        )
+        for work, (_, band_keys, sketch) in zip(born, features, strict=True):
+            if band_keys is None:  # shorter texts match exactly only
                 continue
             record = work.record
             record.indexed = True
             record.sketch = sketch
-            record.pending_bands = next(band_keys)
-            out.append(BandJoin(work.key, record.epoch, tuple(record.pending_bands)))
+            record.pending_bands = band_keys
+            out.append(BandJoin(work.key, record.epoch, tuple(band_keys)))
 
     def leave(self, key: str, record: ContentRecord) -> BandLeave:
         """Return the message that takes a content out of the bands it joined.
@@ -81,8 +80,9 @@ class Discovery:
         The signature is computed again from the text rather than stored: it is the same, and 512 bytes of
         incompressible state per text cost more than one signature per death.
         """
-        signatures, _ = self._scheme.signatures([record.norm])
-        band_keys = self._scheme.band_keys(signatures[0], self._params.bands, self._params.rows)
+        params = self._params
+        [(_, band_keys, _)] = self._scheme.features([record.norm], params.bands, params.rows, 0)
+        assert band_keys is not None  # asked for with min_shingles 0
         return BandLeave(key, record.epoch, tuple(band_keys))
 
     def on_band_answer(self, work: Work, message: BandAck) -> None:
