@@ -87,45 +87,46 @@ fn text_signature(
     shingles.len() as i64
 }
 
-/// A C-contiguous buffer's memory, checked for its element type (and for being writable when asked).
-struct Region<T> {
-    at: usize,
-    len: usize,
-    _kind: std::marker::PhantomData<T>,
+/// Refuse a buffer whose format names the other byte order (PyO3 checks the item's kind and size, not its order).
+fn native_order<T: Element>(buffer: &PyBuffer<T>, name: &str) -> PyResult<()> {
+    let other: &[u8] = if cfg!(target_endian = "little") {
+        b">!"
+    } else {
+        b"<"
+    };
+    match buffer.format().to_bytes().first() {
+        Some(order) if other.contains(order) => Err(PyValueError::new_err(format!(
+            "{name} must be in the machine's byte order"
+        ))),
+        _ => Ok(()),
+    }
 }
 
-impl<T: Element> Region<T> {
-    fn of(buffer: &PyBuffer<T>, name: &str, writable: bool) -> PyResult<Self> {
-        if writable && buffer.readonly() {
-            return Err(PyValueError::new_err(format!("{name} must be writable")));
-        }
-        let slice = buffer
-            .as_slice_ptr()
-            .ok_or_else(|| PyValueError::new_err(format!("{name} must be C-contiguous")))?;
-        Ok(Self {
-            at: slice.as_ptr() as *mut T as usize,
-            len: slice.len(),
-            _kind: std::marker::PhantomData,
-        })
-    }
+/// A copy of a buffer's elements: the computation then runs on memory of its own, without the GIL, whatever
+/// other threads do to the buffer meanwhile.
+fn elements<T: Element + Copy>(
+    py: Python<'_>,
+    buffer: &PyBuffer<T>,
+    name: &str,
+) -> PyResult<Vec<T>> {
+    native_order(buffer, name)?;
+    buffer.to_vec(py)
+}
 
-    /// # Safety
-    /// The buffer this region was taken from must still be held, and no one else may write to it meanwhile.
-    unsafe fn slice<'a>(&self) -> &'a [T] {
-        if self.len == 0 {
-            return &[];
-        }
-        unsafe { std::slice::from_raw_parts(self.at as *const T, self.len) }
+/// Check that a buffer can take `count` results.
+fn writable<T: Element>(buffer: &PyBuffer<T>, name: &str, count: Option<usize>) -> PyResult<()> {
+    native_order(buffer, name)?;
+    if buffer.readonly() {
+        return Err(PyValueError::new_err(format!("{name} must be writable")));
     }
-
-    /// # Safety
-    /// As for `slice`, and no other reference into the buffer may be alive.
-    unsafe fn slice_mut<'a>(&self) -> &'a mut [T] {
-        if self.len == 0 {
-            return &mut [];
-        }
-        unsafe { std::slice::from_raw_parts_mut(self.at as *mut T, self.len) }
+    if count != Some(buffer.item_count()) {
+        return Err(PyValueError::new_err(format!(
+            "{name} has {} slots, not the {} the results need",
+            buffer.item_count(),
+            count.map_or_else(|| "too many".to_owned(), |n| n.to_string())
+        )));
     }
+    Ok(())
 }
 
 /// signatures(data, offsets, size, a, b, out, distinct)
@@ -133,7 +134,7 @@ impl<T: Element> Region<T> {
 ///
 /// Fill ``out`` (texts x permutations, uint32) and ``distinct`` (texts, int64) with the signature and the number
 /// of distinct shingles of each text ``data[offsets[i]:offsets[i + 1]]`` (UTF-8 bytes of normalized text; words
-/// are runs of bytes other than a space), as ``numpy_kernel`` does. Runs without the GIL.
+/// are runs of bytes other than a space), as ``numpy_kernel`` does. Computes on copies, without the GIL.
 #[pyfunction]
 #[allow(clippy::too_many_arguments)]
 fn signatures(
@@ -146,52 +147,72 @@ fn signatures(
     out: PyBuffer<u32>,
     distinct: PyBuffer<i64>,
 ) -> PyResult<()> {
-    let data_r = Region::of(&data, "data", false)?;
-    let offsets_r = Region::of(&offsets, "offsets", false)?;
-    let a_r = Region::of(&a, "a", false)?;
-    let b_r = Region::of(&b, "b", false)?;
-    let out_r = Region::of(&out, "out", true)?;
-    let distinct_r = Region::of(&distinct, "distinct", true)?;
-    let perms = a_r.len;
-    if b_r.len != perms {
+    let (a, b) = (elements(py, &a, "a")?, elements(py, &b, "b")?);
+    if b.len() != a.len() {
         return Err(PyValueError::new_err("a and b must have the same length"));
     }
-    let texts = offsets_r.len.saturating_sub(1);
-    if out_r.len != texts * perms || distinct_r.len != texts {
-        return Err(PyValueError::new_err(
-            "out must be texts x permutations and distinct one slot per text",
-        ));
-    }
-    // SAFETY: the buffers are held by this call until it returns; out and distinct are distinct writable buffers.
-    let (data_s, offsets_s) = unsafe { (data_r.slice(), offsets_r.slice()) };
-    for pair in offsets_s.windows(2) {
-        if pair[0] < 0 || pair[1] < pair[0] || pair[1] as usize > data_s.len() {
-            return Err(PyValueError::new_err("offsets must rise within data"));
+    let offsets = elements(py, &offsets, "offsets")?;
+    let texts = offsets.len().saturating_sub(1);
+    writable(&out, "out", texts.checked_mul(a.len()))?;
+    writable(&distinct, "distinct", Some(texts))?;
+    let data = elements(py, &data, "data")?;
+    let spans = offsets
+        .windows(2)
+        .map(
+            |pair| match (usize::try_from(pair[0]), usize::try_from(pair[1])) {
+                (Ok(start), Ok(end)) if start <= end && end <= data.len() => Ok(start..end),
+                _ => Err(PyValueError::new_err("offsets must rise within data")),
+            },
+        )
+        .collect::<PyResult<Vec<_>>>()?;
+    let (rows, counts) = py.detach(|| {
+        let perms = a.len();
+        let mut rows = vec![0u32; texts * perms];
+        let mut counts = Vec::with_capacity(texts);
+        let (mut words, mut shingles) = (Vec::new(), Vec::new());
+        for (c, span) in spans.into_iter().enumerate() {
+            counts.push(text_signature(
+                &data[span],
+                size,
+                &a,
+                &b,
+                &mut rows[c * perms..(c + 1) * perms],
+                &mut words,
+                &mut shingles,
+            ));
         }
-    }
-    py.detach(|| {
-        // SAFETY: as above; nothing in Python can run while these are in use, as the buffers stay exported.
-        let (data_s, offsets_s, a_s, b_s) =
-            unsafe { (data_r.slice(), offsets_r.slice(), a_r.slice(), b_r.slice()) };
-        let (out_s, distinct_s) = unsafe { (out_r.slice_mut(), distinct_r.slice_mut()) };
-        let mut words = Vec::new();
-        let mut shingles = Vec::new();
-        for (c, pair) in offsets_s.windows(2).enumerate() {
-            let text = &data_s[pair[0] as usize..pair[1] as usize];
-            let row = &mut out_s[c * perms..(c + 1) * perms];
-            distinct_s[c] = text_signature(text, size, a_s, b_s, row, &mut words, &mut shingles);
-        }
+        (rows, counts)
     });
-    drop((data, offsets, a, b, out, distinct));
-    Ok(())
+    out.copy_from_slice(py, &rows)?;
+    distinct.copy_from_slice(py, &counts)
+}
+
+/// The 64-bit hash of each band of a signature: the band's seed, then each of its `rows` values folded in with
+/// the 64-bit finalizer.
+fn hash_bands<'a>(
+    signature: &'a [u32],
+    seeds: &'a [u64],
+    rows: usize,
+) -> impl Iterator<Item = u64> + 'a {
+    seeds.iter().enumerate().map(move |(band, &seed)| {
+        signature[band * rows..(band + 1) * rows]
+            .iter()
+            .fold(seed, |h, &value| mix64(h ^ u64::from(value)))
+    })
+}
+
+fn band_seeds(bands: usize) -> Vec<u64> {
+    (0..bands as u64)
+        .map(|band| mix64((band + 1).wrapping_mul(COMBINE)))
+        .collect()
 }
 
 /// band_hashes(signatures, perms, bands, rows, out)
 /// --
 ///
 /// Fill ``out`` (texts x bands, uint64) with the 64-bit hash of each band of every signature row of
-/// ``signatures`` (texts x perms, uint32): the band's seed, then each of its ``rows`` values folded in with the
-/// 64-bit finalizer, as ``SignatureScheme.band_hashes`` spells it.
+/// ``signatures`` (texts x perms, uint32), as ``SignatureScheme.band_hashes`` spells it. Computes on a copy,
+/// without the GIL.
 #[pyfunction]
 fn band_hashes(
     py: Python<'_>,
@@ -201,34 +222,23 @@ fn band_hashes(
     rows: usize,
     out: PyBuffer<u64>,
 ) -> PyResult<()> {
-    let sig_r = Region::of(&signatures, "signatures", false)?;
-    let out_r = Region::of(&out, "out", true)?;
-    if perms == 0 || sig_r.len % perms != 0 || bands * rows > perms {
+    let values = elements(py, &signatures, "signatures")?;
+    if perms == 0 || values.len() % perms != 0 || bands.checked_mul(rows).is_none_or(|n| n > perms)
+    {
         return Err(PyValueError::new_err(
             "signatures must be texts x perms, with bands x rows <= perms",
         ));
     }
-    let texts = sig_r.len / perms;
-    if out_r.len != texts * bands {
-        return Err(PyValueError::new_err("out must be texts x bands"));
-    }
-    py.detach(|| {
-        // SAFETY: the buffers are held by this call until it returns, and out is writable and separate.
-        let (sig_s, out_s) = unsafe { (sig_r.slice(), out_r.slice_mut()) };
-        let seeds: Vec<u64> = (0..bands as u64)
-            .map(|band| mix64((band + 1).wrapping_mul(COMBINE)))
-            .collect();
-        for (row, hashes) in sig_s.chunks_exact(perms).zip(out_s.chunks_exact_mut(bands)) {
-            for (band, (slot, &seed)) in hashes.iter_mut().zip(&seeds).enumerate() {
-                let values = &row[band * rows..(band + 1) * rows];
-                *slot = values
-                    .iter()
-                    .fold(seed, |h, &value| mix64(h ^ u64::from(value)));
-            }
-        }
+    let texts = values.len() / perms;
+    writable(&out, "out", texts.checked_mul(bands))?;
+    let hashes = py.detach(|| {
+        let seeds = band_seeds(bands);
+        values
+            .chunks_exact(perms)
+            .flat_map(|signature| hash_bands(signature, &seeds, rows).collect::<Vec<_>>())
+            .collect::<Vec<u64>>()
     });
-    drop((signatures, out));
-    Ok(())
+    out.copy_from_slice(py, &hashes)
 }
 
 /// positive_murmur2(data)
@@ -382,15 +392,13 @@ impl Scheme {
         min_shingles: i64,
     ) -> PyResult<Vec<TextFeatures<'py>>> {
         let perms = self.a.len();
-        if bands * rows > perms {
+        if bands.checked_mul(rows).is_none_or(|n| n > perms) {
             return Err(PyValueError::new_err(
                 "bands x rows must not exceed num_perm",
             ));
         }
         let computed: Vec<Features> = py.detach(|| {
-            let seeds: Vec<u64> = (0..bands as u64)
-                .map(|band| mix64((band + 1).wrapping_mul(COMBINE)))
-                .collect();
+            let seeds = band_seeds(bands);
             let mut words = Vec::new();
             let mut shingles = Vec::new();
             let mut row = vec![0u32; perms];
@@ -406,17 +414,8 @@ impl Scheme {
                         &mut words,
                         &mut shingles,
                     );
-                    let bands = (distinct >= min_shingles).then(|| {
-                        seeds
-                            .iter()
-                            .enumerate()
-                            .map(|(band, &seed)| {
-                                row[band * rows..(band + 1) * rows]
-                                    .iter()
-                                    .fold(seed, |h, &value| mix64(h ^ u64::from(value)))
-                            })
-                            .collect()
-                    });
+                    let bands = (distinct >= min_shingles)
+                        .then(|| hash_bands(&row, &seeds, rows).collect());
                     Features {
                         distinct,
                         bands,

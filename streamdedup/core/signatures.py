@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -83,6 +84,10 @@ class SignatureScheme:
     """Permutations for ``num_perm`` hash functions drawn from ``seed`` exactly as datasketch draws them."""
 
     def __init__(self, num_perm: int, seed: int, shingle_size: int = 5) -> None:
+        if not 0 <= seed <= 0xFFFFFFFF:
+            raise ValueError("seed must be between 0 and 2**32 - 1")  # as numpy.random.RandomState says
+        if num_perm < 1 or shingle_size < 1:
+            raise ValueError("num_perm and shingle_size must be positive")
         self.num_perm = num_perm
         self.seed = seed
         self.shingle_size = shingle_size
@@ -98,7 +103,7 @@ class SignatureScheme:
         without NumPy: what the engine needs of a new text."""
         return self._native.features(list(normalized), bands, rows, min_shingles)
 
-    @property
+    @functools.cached_property
     def permutations(self) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
         """The ``(a, b)`` of the affine permutations, as datasketch's ``MinHash.permutations`` holds them."""
         import numpy as np  # noqa: PLC0415 - see estimate_jaccard
@@ -138,7 +143,9 @@ class SignatureScheme:
 
     def band_keys(self, signature: Signature, bands: int, rows: int) -> list[str]:
         """Return the LSH bucket key of each band of ``signature``."""
-        return self.band_keys_many(signature.reshape(1, -1), bands, rows)[0]
+        import numpy as np  # noqa: PLC0415 - see estimate_jaccard
+
+        return self.band_keys_many(np.asarray(signature).reshape(1, -1), bands, rows)[0]
 
     def band_keys_many(self, signatures: npt.NDArray[np.uint32], bands: int, rows: int) -> list[list[str]]:
         """Return the LSH bucket keys of every signature row, all computed at once.
@@ -161,7 +168,11 @@ class SignatureScheme:
         """Return the 64-bit hash of each band of every signature row (texts x bands): what band keys spell."""
         import numpy as np  # noqa: PLC0415 - see estimate_jaccard
 
-        values = np.ascontiguousarray(signatures, dtype=np.uint32)
+        values = np.asarray(signatures)
+        if values.ndim != 2 or values.dtype != np.uint32 or not values.shape[1]:
+            from streamdedup.core.numpy_kernels import band_hashes_numpy  # noqa: PLC0415 - a rare input
+
+            return band_hashes_numpy(values, bands, rows)
         hashes = np.empty((len(values), bands), dtype=np.uint64)
         _native.band_hashes(values, values.shape[1], bands, rows, hashes)
         return hashes

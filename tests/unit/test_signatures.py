@@ -196,19 +196,55 @@ def test_features_are_the_signatures_band_keys_and_sketches_computed_apart(texts
         assert keys == (SCHEME.band_keys(signature, bands, rows) if count >= min_shingles else None)
 
 
-def test_the_compiled_kernels_refuse_buffers_of_the_wrong_shape_or_kind():
+def test_the_compiled_kernels_refuse_buffers_of_the_wrong_shape_kind_or_byte_order():
     data, offsets = np.frombuffer(b"a b", dtype=np.uint8), np.array([0, 3], dtype=np.int64)
     a, b = SCHEME.permutations
     out, distinct = np.empty((1, 128), np.uint32), np.empty(1, np.int64)
     with pytest.raises(ValueError, match="offsets must rise"):
         _native.signatures(data, np.array([0, 4], dtype=np.int64), 5, a, b, out, distinct)
-    with pytest.raises(ValueError, match="texts x permutations"):
+    with pytest.raises(ValueError, match="out has 256 slots, not the 128"):
         _native.signatures(data, offsets, 5, a, b, np.empty((2, 128), np.uint32), distinct)
     with pytest.raises(ValueError, match="writable"):
         _native.signatures(data, offsets, 5, a, b, np.frombuffer(bytes(512), dtype=np.uint32), distinct)
     with pytest.raises(BufferError):
         _native.signatures(data, offsets.astype(np.int32), 5, a, b, out, distinct)
-    with pytest.raises(ValueError, match="texts x bands"):
+    with pytest.raises(ValueError, match="byte order"):
+        _native.signatures(data, offsets, 5, a.astype(">u4"), b, out, distinct)
+    with pytest.raises(ValueError, match="byte order"):
+        _native.band_hashes(out, 128, 21, 6, np.empty((1, 21), ">u8"))
+    with pytest.raises(ValueError, match="out has 20 slots, not the 21"):
         _native.band_hashes(out, 128, 21, 6, np.empty((1, 20), np.uint64))
     with pytest.raises(ValueError, match="bands x rows"):
         _native.band_hashes(out, 128, 22, 6, np.empty((1, 22), np.uint64))
+    with pytest.raises(ValueError, match="bands x rows"):
+        _native.band_hashes(out, 128, 2**33, 2**31, np.empty((1, 1), np.uint64))
+    with pytest.raises(ValueError, match="bands x rows"):
+        SCHEME.features(["a b"], 2**33, 2**31, 0)
+    with pytest.raises(ValueError, match="seed"):
+        SignatureScheme(128, 2**32, 5)
+
+
+def test_the_compiled_kernels_compute_on_copies_so_outputs_may_share_memory_with_inputs():
+    data, offsets = np.frombuffer(b"one two three four five six", dtype=np.uint8), np.array([0, 27], np.int64)
+    a, b = SCHEME.permutations
+    want, _ = SCHEME.signatures(["one two three four five six"])
+    shared = a.copy()  # the output is the permutations' own memory
+    _native.signatures(data, offsets, 5, shared, b, shared.reshape(1, 128), np.empty(1, np.int64))
+    assert np.array_equal(shared, want[0])
+    hashes = SCHEME.band_hashes(want, 21, 6)
+    both = np.zeros(128, np.uint64)  # signatures in the first half, their band hashes written over them
+    both.view(np.uint32)[:128] = want[0]
+    _native.band_hashes(both.view(np.uint32)[:128].reshape(1, 128), 128, 21, 6, both[:21].reshape(1, 21))
+    assert np.array_equal(both[:21], hashes[0])
+
+
+def test_band_hashes_take_any_shape_numpy_took():
+    signature = SCHEME.signatures(["one two three four five six seven"])[0][0]
+    assert SCHEME.band_keys(signature.tolist(), 21, 6) == SCHEME.band_keys(signature, 21, 6)
+    assert np.array_equal(
+        SCHEME.band_hashes(signature[None, :].astype(np.int64), 21, 6),
+        SCHEME.band_hashes(signature[None, :], 21, 6),
+    )
+    assert SCHEME.band_hashes(signature[None, :], 0, 6).shape == (1, 0)
+    assert SCHEME.band_keys_many(np.empty((0, 0), dtype=np.uint32), 21, 6) == []
+    assert SCHEME.permutations[0] is SCHEME.permutations[0]
