@@ -235,7 +235,7 @@ fn band_hashes(
         let seeds = band_seeds(bands);
         values
             .chunks_exact(perms)
-            .flat_map(|signature| hash_bands(signature, &seeds, rows).collect::<Vec<_>>())
+            .flat_map(|signature| hash_bands(signature, &seeds, rows))
             .collect::<Vec<u64>>()
     });
     out.copy_from_slice(py, &hashes)
