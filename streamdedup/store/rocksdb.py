@@ -86,6 +86,11 @@ def _options(cache: rocksdict.Cache | None = None, write_buffer: int | None = No
     return options
 
 
+# Keys per multi-get. A multi-get of tens of thousands of keys costs more per key than one of a thousand: 1.3-1.5
+# against 0.35 us for an absent key at 50,000 (a new text's band keys are nearly all absent, and a batch reads
+# some 50,000 of them), and 3.0-3.9 against 2.3-3.1 us for a present one.
+_MULTI_GET_KEYS = 1024
+
 _PREFIXES = tuple(p.to_bytes(2, "big") for p in range(256))
 
 
@@ -179,8 +184,14 @@ class RocksDBStore:
     def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
         """Return the values of many keys of a stage partition, in order, with one multi-get."""
         prefix = _prefix(partition)
+        family = self._family(stage)
+        addresses: list[str | int | float | bytes | bool] = [prefix + key.encode() for key in keys]
         # In raw mode a multi-get returns a new list of bytes and None: nothing to convert.
-        values: list[bytes | None] = self._family(stage).get([prefix + key.encode() for key in keys]) or []
+        if len(addresses) <= _MULTI_GET_KEYS:
+            return family.get(addresses) or []
+        values: list[bytes | None] = []
+        for start in range(0, len(addresses), _MULTI_GET_KEYS):
+            values.extend(family.get(addresses[start : start + _MULTI_GET_KEYS]) or [])
         return values
 
     def scan(self, stage: str, partition: int, prefix: str) -> list[tuple[str, bytes]]:
