@@ -9,7 +9,6 @@ from contextlib import ExitStack
 from pathlib import Path
 from types import FrameType
 
-import watchfiles
 from rich.console import Console
 from rich.progress import DownloadColumn, MofNCompleteColumn, ProgressColumn
 from rich.table import Table
@@ -120,6 +119,8 @@ def _watch(
     report: RunReport,
     console: Console,
 ) -> None:
+    import watchfiles  # noqa: PLC0415 - only --watch needs it: a run without it does not load it
+
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:

@@ -70,3 +70,7 @@ def test_the_engine_runs_without_numpy():
         "assert any(o.topic == 'audit' for o in outputs), outputs"
     )
     assert _loaded_by(code, ("numpy", "streamdedup.core.engine")) == ["streamdedup.core.engine"]
+
+
+def test_a_run_without_watch_loads_no_file_watcher():
+    assert _loaded_by("from streamdedup.cli.run import run_command", ("watchfiles",)) == []
