@@ -1,10 +1,13 @@
 //! The compiled kernels of streamdedup (`streamdedup._native`): MinHash signatures of a batch of texts, their LSH
-//! band hashes, and Kafka's partitioner hash.
+//! band hashes, Kafka's partitioner hash, and the band stage's batch (`bands.rs`).
 //!
 //! Each has a NumPy or pure-Python twin in the package that gives the same results
-//! (`streamdedup.core.signatures.numpy_kernel` and `band_hashes_numpy`, `streamdedup.core.partitioning.murmur2`);
+//! (`streamdedup.core.numpy_kernels`, `streamdedup.core.partitioning.murmur2`,
+//! `streamdedup.core.stages.bands.apply_in_python`);
 //! the tests compare them on random and hostile input. The hash functions are spelled out in
 //! `streamdedup/core/signatures.py`.
+
+mod bands;
 
 use pyo3::buffer::{Element, PyBuffer};
 use pyo3::exceptions::PyValueError;
@@ -446,5 +449,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(signatures, module)?)?;
     module.add_function(wrap_pyfunction!(band_hashes, module)?)?;
     module.add_function(wrap_pyfunction!(positive_murmur2, module)?)?;
+    module.add_function(wrap_pyfunction!(bands::apply_bands, module)?)?;
     Ok(())
 }

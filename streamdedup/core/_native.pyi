@@ -1,4 +1,5 @@
 # The package's Rust extension (native/src/lib.rs): the compiled kernels of the engine.
+from collections.abc import Callable, Sequence
 from typing import Any
 
 class Scheme:
@@ -11,3 +12,10 @@ class Scheme:
 def signatures(data: Any, offsets: Any, size: int, a: Any, b: Any, out: Any, distinct: Any) -> None: ...
 def band_hashes(signatures: Any, perms: int, bands: int, rows: int, out: Any) -> None: ...
 def positive_murmur2(data: bytes) -> int: ...
+def apply_bands(
+    ops: Sequence[tuple[bool, str, int, Sequence[str]]],
+    read: Callable[[list[str]], Sequence[bytes | None]],
+    limit: int,
+) -> tuple[
+    list[tuple[str, bytes | None]], list[tuple[str, int, tuple[str, ...], tuple[tuple[str, int], ...]]]
+]: ...

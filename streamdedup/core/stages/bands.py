@@ -13,13 +13,17 @@ buckets hold one content, and a crowded one costs a binary search. Buckets are m
 not whole hashes. Two texts sharing an id (among 10^8 texts, the chance that any two do is about 3 in 10,000)
 share an entry where their bands meet, which can cost a candidate but never a wrong merge: every candidate is
 verified against its text.
+
+A batch is applied by the package's compiled ``apply_bands`` (``native/src/bands.rs``); :func:`apply_in_python` is its
+twin in Python, which the tests compare it with.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from streamdedup.core import _native
 from streamdedup.core.messages import (
     CONTENT_ID_CHARS,
     BandAck,
@@ -34,10 +38,15 @@ from streamdedup.core.state import PartitionState
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
 
-__all__ = ["BandStage"]
+__all__ = ["BandStage", "apply_in_python"]
 
 _HASH = CONTENT_ID_CHARS // 2  # bytes of a member's content id
 _ENTRY = _HASH + 4
+
+#: A join (True) or a leave: content hash, epoch, band keys.
+Op = tuple[bool, str, int, Sequence[str]]
+Write = tuple[str, "bytes | None"]
+Answer = tuple[str, int, tuple[str, ...], tuple[tuple[str, int], ...]]
 
 
 def _find(raw: bytes, member: bytes) -> tuple[int, bool]:
@@ -66,12 +75,6 @@ def _count_others(raw: bytes, member: bytes, limit: int, counts: dict[bytes, int
             seen += 1
 
 
-def _best(counts: dict[bytes, int], limit: int) -> tuple[tuple[str, int], ...]:
-    """Return the ``limit`` candidates sharing the most bands (then the lowest ids) as (hex content id, bands)."""
-    chosen = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
-    return tuple((other.hex(), count) for other, count in chosen)
-
-
 class BandStage:
     """Handler of the ``band`` stage."""
 
@@ -82,54 +85,76 @@ class BandStage:
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of joins and leaves for one partition; answer every join."""
-        keys = list(
-            dict.fromkeys(k for m in messages if isinstance(m, (BandJoin, BandLeave)) for k in m.band_keys)
-        )
-        get_many = getattr(state, "get_many", None)
-        raws = get_many(keys) if get_many is not None else [state.get(k) for k in keys]
-        buckets: dict[str, bytes] = {key: raw or b"" for key, raw in zip(keys, raws, strict=True)}
-        changed: set[str] = set()
-        # One answer per joining content (and epoch) for all the bands it joined in this batch.
-        answers: dict[tuple[str, int], tuple[list[str], dict[bytes, int]]] = {}
+        ops: list[Op] = []
         for message in messages:
-            content_hash, epoch = message.content_hash, message.epoch  # type: ignore[union-attr]
-            member = bytes.fromhex(content_id(content_hash))
-            if isinstance(message, BandJoin):
-                answered, counts = answers.setdefault((content_hash, epoch), ([], {}))
-                entry = member + epoch.to_bytes(4, "big")
-                for band_key in message.band_keys:
-                    raw = buckets[band_key]
-                    if not raw:  # the common case: a bucket nobody else is in
-                        buckets[band_key] = entry
-                        changed.add(band_key)
-                        answered.append(band_key)
-                        continue
-                    offset, present = _find(raw, member)
-                    if not present:
-                        raw = raw[:offset] + entry + raw[offset:]
-                    elif int.from_bytes(raw[offset + _HASH : offset + _ENTRY], "big") < epoch:
-                        raw = raw[:offset] + entry + raw[offset + _ENTRY :]
-                    if raw is not buckets[band_key]:
-                        buckets[band_key] = raw
-                        changed.add(band_key)
-                    answered.append(band_key)
-                    _count_others(raw, member, self._limit, counts)
-            elif isinstance(message, BandLeave):
-                for band_key in message.band_keys:
-                    raw = buckets[band_key]
-                    offset, present = _find(raw, member)
-                    if present and int.from_bytes(raw[offset + _HASH : offset + _ENTRY], "big") <= epoch:
-                        buckets[band_key] = raw[:offset] + raw[offset + _ENTRY :]
-                        changed.add(band_key)
+            if isinstance(message, (BandJoin, BandLeave)):
+                ops.append(
+                    (isinstance(message, BandJoin), message.content_hash, message.epoch, message.band_keys)
+                )
             else:  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"band stage cannot handle {type(message).__name__}")
-        for key in sorted(changed):
-            raw = buckets[key]
-            if raw:
-                state.put(key, raw)
-            else:
+        get_many = getattr(state, "get_many", None)
+        read = get_many if get_many is not None else lambda keys: [state.get(k) for k in keys]
+        writes, answers = _native.apply_bands(ops, read, self._limit)
+        for key, raw in writes:
+            if raw is None:
                 state.delete(key)
-        return [
-            BandAck(content_hash, epoch, tuple(answered), _best(counts, self._limit))
-            for (content_hash, epoch), (answered, counts) in answers.items()
-        ]
+            else:
+                state.put(key, raw)
+        return [BandAck(*answer) for answer in answers]
+
+
+def apply_in_python(
+    ops: Sequence[Op], read: Callable[[list[str]], Sequence[bytes | None]], limit: int
+) -> tuple[list[Write], list[Answer]]:
+    """The band stage's batch in Python: the twin the tests compare the compiled ``apply_bands`` with.
+
+    It applies the joins and leaves of ``ops`` in order to the buckets of their keys, read with one call of
+    ``read``, and returns the changed buckets in key order (None once empty) and one answer per joining content and
+    epoch: the bands it joined and its best candidates.
+    """
+    keys = list(dict.fromkeys(k for op in ops for k in op[3]))
+    buckets: dict[str, bytes] = {key: raw or b"" for key, raw in zip(keys, read(keys), strict=True)}
+    changed: set[str] = set()
+    # One answer per joining content (and epoch) for all the bands it joined in this batch.
+    answers: dict[tuple[str, int], tuple[list[str], dict[bytes, int]]] = {}
+    for join, content_hash, epoch, band_keys in ops:
+        member = bytes.fromhex(content_id(content_hash))
+        if join:
+            answered, counts = answers.setdefault((content_hash, epoch), ([], {}))
+            entry = member + epoch.to_bytes(4, "big")
+            for band_key in band_keys:
+                raw = buckets[band_key]
+                if not raw:  # the common case: a bucket nobody else is in
+                    buckets[band_key] = entry
+                    changed.add(band_key)
+                    answered.append(band_key)
+                    continue
+                offset, present = _find(raw, member)
+                if not present:
+                    raw = raw[:offset] + entry + raw[offset:]
+                elif int.from_bytes(raw[offset + _HASH : offset + _ENTRY], "big") < epoch:
+                    raw = raw[:offset] + entry + raw[offset + _ENTRY :]
+                if raw is not buckets[band_key]:
+                    buckets[band_key] = raw
+                    changed.add(band_key)
+                answered.append(band_key)
+                _count_others(raw, member, limit, counts)
+        else:
+            for band_key in band_keys:
+                raw = buckets[band_key]
+                offset, present = _find(raw, member)
+                if present and int.from_bytes(raw[offset + _HASH : offset + _ENTRY], "big") <= epoch:
+                    buckets[band_key] = raw[:offset] + raw[offset + _ENTRY :]
+                    changed.add(band_key)
+    writes: list[Write] = [(key, buckets[key] or None) for key in sorted(changed)]
+    return writes, [
+        (content_hash, epoch, tuple(answered), _best(counts, limit))
+        for (content_hash, epoch), (answered, counts) in answers.items()
+    ]
+
+
+def _best(counts: dict[bytes, int], limit: int) -> tuple[tuple[str, int], ...]:
+    """Return the ``limit`` candidates sharing the most bands (then the lowest ids) as (hex content id, bands)."""
+    chosen = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+    return tuple((other.hex(), count) for other, count in chosen)
