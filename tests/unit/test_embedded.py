@@ -4,6 +4,8 @@ import contextlib
 import json
 import random
 
+import pytest
+
 from streamdedup.codec import encode_output_line
 from streamdedup.core.model import DeleteEvent
 from streamdedup.core.view import View
@@ -86,6 +88,67 @@ def test_a_crash_before_commit_repeats_the_batch_harmlessly(engine, tmp_path):
     live = live_sources(events)
     assert check_invariants(view, live, threshold=0.8, shingle_size=5) == []
     assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
+
+
+def test_a_runner_whose_batch_failed_goes_on_from_the_committed_state(engine):
+    # A runner keeps the records it decoded from one batch to the next: a batch that fails after its handlers
+    # changed some of them must not leave them changed for the batches after it.
+    from streamdedup.store.memory import MemoryStore
+
+    events = random_feed(random.Random(15), sources=6, events=40)
+    produced, runner = _run(engine, MemoryStore(), events[:20], batch=20)
+
+    def disk_full(outputs):
+        raise OSError("no space left on device")
+
+    with pytest.raises(OSError):
+        runner.process(events[20:], disk_full)
+    runner.process(events[20:], produced.extend)
+    uninterrupted, _ = _run(engine, MemoryStore(), events, batch=20)
+    assert produced == uninterrupted
+
+
+def test_a_batch_whose_handler_failed_leaves_no_changed_record_to_the_next(engine):
+    # Here every event of the batch fails, so no event's commit takes the decoded records with it either.
+    from streamdedup.core.engine import Engine
+    from streamdedup.store.memory import MemoryStore
+
+    class FailingAfterContent(Engine):
+        failing = False
+
+        def handle(self, stage, messages, state):
+            produced = super().handle(stage, messages, state)
+            if self.failing and stage == "content":
+                raise RuntimeError("the content stage changed its records, then failed")
+            return produced
+
+    failing = FailingAfterContent(engine.params)
+    runner = EmbeddedRunner(failing, MemoryStore())
+    a = "Open the settings page and choose reset password to receive a link by email within ten minutes"
+    b = "Rotate the signing keys every ninety days and keep the previous key until every token has expired"
+    first, second = [upsert("src-1", 1, [a])], [upsert("src-1", 2, [b]), upsert("src-2", 1, [a])]
+    produced = runner.process(first, lambda outputs: None)
+    failing.failing = True
+    letters = runner.process(second, lambda outputs: None)
+    assert [o.topic for o in letters] == ["dlq", "dlq"]
+    failing.failing = False
+    produced += runner.process(second, lambda outputs: None)
+    uninterrupted, _ = _run(engine, MemoryStore(), first + second, batch=1)
+    assert View().apply_all(produced).compacted() == View().apply_all(uninterrupted).compacted()
+
+
+def test_the_records_kept_between_batches_are_bounded_and_change_no_output(engine, monkeypatch):
+    from streamdedup.drivers import embedded
+    from streamdedup.store.memory import MemoryStore
+
+    events = random_feed(random.Random(16), sources=8, events=60)
+    monkeypatch.setattr(embedded, "RECORDS_KEPT", 0)
+    none_kept, _ = _run(engine, MemoryStore(), events, batch=7)
+    for kept in (5, 100_000):
+        monkeypatch.setattr(embedded, "RECORDS_KEPT", kept)
+        produced, runner = _run(engine, MemoryStore(), events, batch=7)
+        assert produced == none_kept
+        assert runner._records and all(len(records) <= kept for records in runner._records.values())
 
 
 class _Killed(BaseException):
