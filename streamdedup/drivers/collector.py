@@ -5,6 +5,9 @@ freed by reference counting when the batch ends. Left on, the collector runs tho
 walks every live object in its older generations each time: on the Django benchmark that was a quarter of the
 engine's time. Pausing it for the batch and letting it run between batches keeps the memory it guards bounded by
 one batch.
+
+A driver that runs batch after batch in one process (the embedded runner) also freezes, after each batch, what
+the batch left alive (:class:`BatchCollector`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["collector_paused"]
+__all__ = ["BatchCollector", "collector_paused"]
 
 
 @contextmanager
@@ -32,3 +35,33 @@ def collector_paused(*, freeze: bool = False) -> Iterator[None]:
             gc.freeze()
         if was_enabled:
             gc.enable()
+
+
+class BatchCollector:
+    """The collector's part in a driver that runs batches one after another in one process.
+
+    Each batch runs with the collector paused, and what is alive after it (records decoded for the next batch, the
+    outputs it returns, everything older) is then frozen: moved out of the generations the collector walks. Left
+    there, the first collection after each batch walked all it made that still lived, and later ones all the rest
+    again, for nothing: batches make no reference cycles (none in a whole Django run), and every other object is
+    freed, frozen or not, when its last reference goes. On the Django benchmark those walks were a tenth of the
+    run. So that a cycle a batch does leave (an exception's traceback, say) is still collected, every
+    ``thaw_every`` batches the frozen objects go back to the oldest generation, which the collector walks as usual.
+    """
+
+    def __init__(self, thaw_every: int = 64) -> None:
+        self._thaw_every = thaw_every
+        self._batches = 0
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Run one batch with the collector paused; freeze what is alive after it (or thaw, every few batches)."""
+        with collector_paused():
+            try:
+                yield
+            finally:
+                self._batches += 1
+                if self._batches % self._thaw_every == 0:
+                    gc.unfreeze()
+                else:
+                    gc.freeze()

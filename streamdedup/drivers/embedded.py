@@ -28,7 +28,7 @@ from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output
 from streamdedup.core.model import InputEvent
-from streamdedup.drivers.collector import collector_paused
+from streamdedup.drivers.collector import BatchCollector
 from streamdedup.errors import StateError
 from streamdedup.store.base import VIEW_FAMILY, RecordCache, Store, Transaction, check_params
 
@@ -143,6 +143,7 @@ class EmbeddedRunner:
         # Decoded records of the committed state that one batch leaves to the next (:meth:`_trim_records`): the
         # runner alone writes its store, so they stay what the store holds while every batch commits.
         self._records: RecordCache = {}
+        self._collector = BatchCollector()
         #: Events the last :meth:`process` call applied (the others were dead-lettered).
         self.last_applied = 0
 
@@ -161,7 +162,7 @@ class EmbeddedRunner:
         (where its outputs end, for instance). ``origins``, one per event, is what a dead letter of an event that
         fails in a handler names; without it, the event's position in the batch.
         """
-        with collector_paused():
+        with self._collector.batch():
             return self._process(events, sink, dead_letters, meta, origins)
 
     def _process(
