@@ -17,6 +17,8 @@ import unicodedata
 
 import regex
 
+from streamdedup.core import _native
+
 __all__ = ["content_hash", "normalize", "words"]
 
 # A run of Unicode punctuation at the start or the end of a word, in text whose words are separated by one space.
@@ -64,8 +66,11 @@ def _words_by_pattern(text: str) -> list[str]:
 
 
 def normalize(text: str) -> str:
-    """Return the normalized form of ``text`` that hashing and shingling see."""
-    return " ".join(words(text))
+    """Return the normalized form of ``text`` that hashing and shingling see: its :func:`words`, joined by spaces."""
+    if text.isascii():
+        # Compiled (native/src/text.rs): the words as the ASCII path of ``words`` finds them, joined in one pass.
+        return _native.normalize_ascii(text)  # type: ignore[return-value]  # None only for text that is not ASCII
+    return " ".join(_words_by_pattern(text))
 
 
 def content_hash(text: str) -> str:

@@ -3,13 +3,20 @@
 import json
 import random
 
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
 from streamdedup.codec import encode_event
+from streamdedup.core import _native
 from streamdedup.core.engine import Engine
+from streamdedup.core.markup import blocks
 from streamdedup.core.model import DecisionEvent, SourceAttrs, UpsertEvent
+from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
+from streamdedup.core.stages.collection import line_hash
+from streamdedup.core.stages.source import document_lines
 from streamdedup.core.view import View
 from streamdedup.decisions import decision_event, parse_decision
 from streamdedup.drivers.embedded import EmbeddedRunner
@@ -162,3 +169,32 @@ def test_the_boilerplate_listing(tmp_path):
     assert {line["documents"] for line in data["handbook"]["lines"]} == {30}
     tables = runner.invoke(app, ["boilerplate", "--state", str(state), "--collection", "handbook"], env=env)
     assert tables.exit_code == 0 and "30 documents, 4 boilerplate lines" in " ".join(tables.output.split())
+
+
+_LINES = st.text(
+    alphabet=st.sampled_from([chr(c) for c in range(128)] + ["\n", "\n", " ", "a", "B", "-"]), max_size=200
+)
+
+
+def _kept_lines(text: str, longest: int) -> list[tuple[str, str]]:
+    """The lines ``document_lines`` counts, keyed as the Python loop keys them."""
+    kept = [n for n in map(normalize, text.split("\n")) if n and len(n) <= longest]
+    return [(line_hash(n), n) for n in kept]
+
+
+@given(_LINES, st.integers(0, 30), st.sampled_from(["", "\u00e9\n"]))
+def test_a_documents_lines_are_keyed_the_same_by_the_compiled_path_and_the_python_one(text, longest, tail):
+    # An ASCII block's lines are normalized and hashed in one compiled call; any other block's in Python.
+    params = EngineParams(boilerplate_max_line_chars=longest)
+    attrs = SourceAttrs(acl=("*",), modified_at=0)
+    event = UpsertEvent(source_id="s", version=1, attrs=attrs, text=text + tail, content_type="text/plain")
+    expected = {
+        key: line
+        for block in blocks(text + tail, "text/plain")
+        for key, line in _kept_lines(block.plain, longest)
+    }
+    found = document_lines(event, params)
+    assert found == expected and list(found) == list(expected)
+    if text.isascii():
+        assert _native.line_hashes(text, longest) == _kept_lines(text, longest)
+    assert _native.line_hashes("caf\u00e9", longest) is None

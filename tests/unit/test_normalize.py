@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamdedup.core import _native
 from streamdedup.core.normalize import _words_by_pattern, content_hash, normalize, words
 from streamdedup.core.state import ContentRecord
 
@@ -88,6 +89,17 @@ _ASCII = st.text(
 def test_the_ascii_path_splits_words_as_the_unicode_pattern_does(text):
     assert words(text) == _words_by_pattern(text)
     assert words(text + "\u00e9") == _words_by_pattern(text + "\u00e9")
+
+
+@given(_ASCII)
+def test_compiled_normalization_of_ascii_text_joins_the_words_the_python_paths_find(text):
+    assert normalize(text) == " ".join(words(text)) == " ".join(_words_by_pattern(text))
+    assert _native.normalize_ascii(text) == normalize(text)
+
+
+def test_compiled_normalization_takes_only_ascii_text():
+    assert _native.normalize_ascii("caf\u00e9") is None
+    assert normalize("Caf\u00e9, CAF\u00c9!") == "caf\u00e9 caf\u00e9"
 
 
 @given(st.text(), st.booleans())

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from streamdedup.core import _native
 from streamdedup.core.chunking import Chunk, chunk_document
 from streamdedup.core.markup import blocks, plain_text
 from streamdedup.core.messages import (
@@ -66,10 +67,15 @@ def document_lines(event: UpsertEvent, params: EngineParams) -> dict[str, str]:
     if event.chunks is not None or params.boilerplate_min_docs == 0:
         return {}
     found: dict[str, str] = {}
+    longest = params.boilerplate_max_line_chars
     for block in blocks(event.text or "", event.content_type):
-        for line in block.plain.split("\n"):
+        plain = block.plain
+        if plain.isascii():  # compiled: the same keys and lines as the loop below, in one call
+            found.update(_native.line_hashes(plain, longest))  # type: ignore[arg-type]  # not None: ASCII
+            continue
+        for line in plain.split("\n"):
             normalized = normalize(line)
-            if normalized and len(normalized) <= params.boilerplate_max_line_chars:
+            if normalized and len(normalized) <= longest:
                 found[line_hash(normalized)] = normalized
     return found
 

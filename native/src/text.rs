@@ -1,0 +1,113 @@
+//! Normalization of ASCII text (`streamdedup.core.normalize`, whose `words` is the twin the tests compare this
+//! with): lowercase, words split on Python's whitespace, Unicode punctuation stripped from each word's edges,
+//! words joined by one space; and the boilerplate keys of a document's lines
+//! (`streamdedup.core.stages.source.document_lines`).
+
+use blake2::digest::{Update, VariableOutput};
+use blake2::Blake2bVar;
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
+
+/// What `str.isspace()` holds true in ASCII: `str.split()` splits there.
+fn is_space(byte: u8) -> bool {
+    matches!(
+        byte,
+        b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | 0x1C..=0x1F | b' '
+    )
+}
+
+/// The ASCII characters of Unicode's punctuation categories (P*), what `\p{P}` matches in ASCII.
+fn is_punctuation(byte: u8) -> bool {
+    matches!(
+        byte,
+        b'!' | b'"'
+            | b'#'
+            | b'%'
+            | b'&'
+            | b'\''
+            | b'('
+            | b')'
+            | b'*'
+            | b','
+            | b'-'
+            | b'.'
+            | b'/'
+            | b':'
+            | b';'
+            | b'?'
+            | b'@'
+            | b'['
+            | b'\\'
+            | b']'
+            | b'_'
+            | b'{'
+            | b'}'
+    )
+}
+
+/// The normalized form of ASCII bytes, appended to `out`.
+fn normalize_into(bytes: &[u8], out: &mut String) {
+    for raw in bytes.split(|&b| is_space(b)) {
+        let Some(start) = raw.iter().position(|&b| !is_punctuation(b)) else {
+            continue;
+        };
+        let end = raw
+            .iter()
+            .rposition(|&b| !is_punctuation(b))
+            .map_or(start, |e| e + 1);
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.extend(
+            raw[start..end]
+                .iter()
+                .map(|&b| char::from(b.to_ascii_lowercase())),
+        );
+    }
+}
+
+/// normalize_ascii(text)
+/// --
+///
+/// Return the normalized form of an ASCII ``text`` (``normalize.normalize``), or None if it is not ASCII.
+#[pyfunction]
+pub fn normalize_ascii(text: PyBackedStr) -> Option<String> {
+    let bytes = text.as_bytes();
+    if !bytes.is_ascii() {
+        return None;
+    }
+    let mut out = String::with_capacity(bytes.len());
+    normalize_into(bytes, &mut out);
+    Some(out)
+}
+
+/// line_hashes(text, max_chars)
+/// --
+///
+/// Return ``(line_hash(normalized), normalized)`` for each line of an ASCII ``text`` (split on newlines) whose
+/// normalized form is not empty and at most ``max_chars`` long, in order (``collection.line_hash``: the hex
+/// BLAKE2b-64 of the normalized line); None if ``text`` is not ASCII.
+#[pyfunction]
+pub fn line_hashes(text: PyBackedStr, max_chars: usize) -> Option<Vec<(String, String)>> {
+    let bytes = text.as_bytes();
+    if !bytes.is_ascii() {
+        return None;
+    }
+    let mut found = Vec::new();
+    for line in bytes.split(|&b| b == b'\n') {
+        let mut normalized = String::new();
+        normalize_into(line, &mut normalized);
+        if normalized.is_empty() || normalized.len() > max_chars {
+            continue;
+        }
+        let mut hasher = Blake2bVar::new(8).expect("8 bytes is a valid BLAKE2b size");
+        hasher.update(normalized.as_bytes());
+        let mut digest = [0u8; 8];
+        hasher
+            .finalize_variable(&mut digest)
+            .expect("the buffer has the digest's size");
+        let hex = digest.iter().map(|b| format!("{b:02x}")).collect();
+        found.push((hex, normalized));
+    }
+    Some(found)
+}
