@@ -40,12 +40,11 @@ def collector_paused(*, freeze: bool = False) -> Iterator[None]:
 class BatchCollector:
     """The collector's part in a driver that runs batches one after another in one process.
 
-    Each batch runs with the collector paused, and what is alive after it (records decoded for the next batch, the
-    outputs it returns, everything older) is then frozen: moved out of the generations the collector walks. Left
-    there, the first collection after each batch walked all it made that still lived, and later ones all the rest
-    again, for nothing: batches make no reference cycles (none in a whole Django run), and every other object is
-    freed, frozen or not, when its last reference goes. On the Django benchmark those walks were a tenth of the
-    run. So that a cycle a batch does leave (an exception's traceback, say) is still collected, every
+    Each batch runs with the collector paused, and what is alive after it (the outputs it returns, everything
+    older) is then frozen: moved out of the generations the collector walks. Left there, the first collection
+    after each batch walked all it made that still lived, and later ones all the rest again, for nothing: batches
+    make no reference cycles (none in a whole Django run), and every other object is freed, frozen or not, when its
+    last reference goes. So that a cycle a batch does leave (an exception's traceback, say) is still collected, every
     ``thaw_every`` batches the frozen objects go back to the oldest generation, which the collector walks as usual.
     """
 

@@ -8,15 +8,10 @@ on the next run, and repeating input is harmless (I4). The same input gives byte
 A failing event never takes its batch with it: if a handler raises while the batch runs, the batch's changes are
 dropped and its events are applied again one at a time, each in a transaction nested in the batch's; the event
 that fails is dead-lettered with the error and where it came from, and every other one is applied.
-
-The runner alone writes its store, so the records a batch decoded are, once it commits, what the store holds: the
-next batch starts with them decoded (at most :data:`RECORDS_KEPT` of each kind), and a batch that fails drops them
-all, since its handlers may have changed some.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 from collections import deque
@@ -30,15 +25,13 @@ from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output
 from streamdedup.core.model import InputEvent
 from streamdedup.drivers.collector import BatchCollector
 from streamdedup.errors import StateError
-from streamdedup.store.base import VIEW_FAMILY, RecordCache, Store, Transaction, check_params
+from streamdedup.store.base import VIEW_FAMILY, Store, Transaction, check_params
 
 __all__ = ["EmbeddedRunner", "Origin", "RunCounters", "Sink"]
 
 logger = logging.getLogger(__name__)
 
 _COUNTERS_KEY = "embedded-counters"
-#: Decoded records of each kind (a stage's record type) that one batch leaves to the next.
-RECORDS_KEPT = 100_000
 
 #: Takes a batch's outputs before its state commits; may return metadata to commit with the state.
 Sink = Callable[[list[Output]], Mapping[str, bytes] | None]
@@ -140,9 +133,6 @@ class EmbeddedRunner:
         self.engine = engine
         self.store = store
         self.counters = RunCounters.from_json(store.get_meta(_COUNTERS_KEY))
-        # Decoded records of the committed state that one batch leaves to the next (:meth:`_trim_records`): the
-        # runner alone writes its store, so they stay what the store holds while every batch commits.
-        self._records: RecordCache = {}
         self._collector = BatchCollector()
         #: Events the last :meth:`process` call applied (the others were dead-lettered).
         self.last_applied = 0
@@ -173,43 +163,27 @@ class EmbeddedRunner:
         meta: dict[str, bytes] | None,
         origins: Sequence[Origin] | None,
     ) -> list[Output]:
-        txn = Transaction(self.store, self._records)
+        txn = Transaction(self.store)
         outputs = list(dead_letters)
         try:
-            try:
-                outputs.extend(run_to_quiescence(self.engine, txn, events))
-                applied = len(events)
-            except StateError:
-                raise  # the store failed, not the input
-            except Exception as exc:
-                logger.warning(
-                    "a batch of %d events failed (%r); applying them one at a time", len(events), exc
-                )
-                self._records.clear()  # the failed batch changed some of them
-                txn = Transaction(self.store, self._records)
-                produced, applied = self._one_at_a_time(txn, events, origins)
-                outputs.extend(produced)
-            self.counters.events += applied
-            self.last_applied = applied
-            self.counters.observe_all(outputs, txn)
-            delivered = sink(outputs)
-            txn.meta[_COUNTERS_KEY] = self.counters.to_json()
-            txn.meta.update(meta or {})
-            txn.meta.update(delivered or {})
-            txn.commit()
-        except BaseException:
-            self._records.clear()  # they may hold changes that were never committed
-            raise
-        self._trim_records()
+            outputs.extend(run_to_quiescence(self.engine, txn, events))
+            applied = len(events)
+        except StateError:
+            raise  # the store failed, not the input
+        except Exception as exc:
+            logger.warning("a batch of %d events failed (%r); applying them one at a time", len(events), exc)
+            txn = Transaction(self.store)
+            produced, applied = self._one_at_a_time(txn, events, origins)
+            outputs.extend(produced)
+        self.counters.events += applied
+        self.last_applied = applied
+        self.counters.observe_all(outputs, txn)
+        delivered = sink(outputs)
+        txn.meta[_COUNTERS_KEY] = self.counters.to_json()
+        txn.meta.update(meta or {})
+        txn.meta.update(delivered or {})
+        txn.commit()
         return outputs
-
-    def _trim_records(self) -> None:
-        """Keep at most :data:`RECORDS_KEPT` decoded records of each kind: those decoded longest ago go first."""
-        for records in self._records.values():
-            excess = len(records) - RECORDS_KEPT
-            if excess > 0:
-                for key in list(itertools.islice(records, excess)):
-                    del records[key]
 
     def _one_at_a_time(
         self, txn: Transaction, events: Sequence[InputEvent], origins: Sequence[Origin] | None

@@ -21,7 +21,6 @@ __all__ = [
     "PARAMS_KEY",
     "VIEW_FAMILY",
     "Change",
-    "RecordCache",
     "Store",
     "Transaction",
     "check_params",
@@ -36,8 +35,6 @@ FAMILIES = (*STAGES, VIEW_FAMILY)
 
 #: (stage, partition, key) -> new value, or None to delete.
 Change = Mapping[tuple[str, int, str], "bytes | None"]
-#: Decoded records by (stage, partition, record type), then by key (None for a key known to be absent).
-RecordCache = dict[tuple[str, int, type], dict[str, Any]]
 
 
 class Store(Protocol):
@@ -105,14 +102,13 @@ _MISSING = _Missing()  # a key this transaction has not changed (None is a chang
 class Transaction:
     """Changes to a store that become visible to its reads at once and durable at :meth:`commit`."""
 
-    def __init__(self, store: Store, records: RecordCache | None = None) -> None:
+    def __init__(self, store: Store) -> None:
         self._store = store
         self.changes: dict[tuple[str, int, str], bytes | None] = {}
         self.meta: dict[str, bytes] = {}
         # Records decoded by the handler calls of this transaction, by (stage, partition, record type): every
-        # call after the first finds them decoded (see :class:`~streamdedup.core.state.Table`). A driver may pass
-        # the records its earlier transactions left, as they were committed; it must drop them if this one fails.
-        self.records: RecordCache = {} if records is None else records
+        # call after the first finds them decoded (see :class:`~streamdedup.core.state.Table`).
+        self.records: dict[tuple[str, int, type], dict[str, Any]] = {}
 
     def read(self, stage: str, partition: int, key: str) -> bytes | None:
         """Return the value of ``key`` as this transaction sees it."""
@@ -170,7 +166,7 @@ class Transaction:
         """Write the changes and metadata atomically and start afresh."""
         if self.changes or self.meta:
             self._store.commit(self.changes, self.meta)
-        self.changes, self.meta = {}, {}
+        self.changes, self.meta, self.records = {}, {}, {}
 
 
 class _TransactionStore:

@@ -91,8 +91,7 @@ def test_a_crash_before_commit_repeats_the_batch_harmlessly(engine, tmp_path):
 
 
 def test_a_runner_whose_batch_failed_goes_on_from_the_committed_state(engine):
-    # A runner keeps the records it decoded from one batch to the next: a batch that fails after its handlers
-    # changed some of them must not leave them changed for the batches after it.
+    # A batch that fails after its handlers changed the state leaves no change behind for the batches after it.
     from streamdedup.store.memory import MemoryStore
 
     events = random_feed(random.Random(15), sources=6, events=40)
@@ -109,7 +108,7 @@ def test_a_runner_whose_batch_failed_goes_on_from_the_committed_state(engine):
 
 
 def test_a_batch_whose_handler_failed_leaves_no_changed_record_to_the_next(engine):
-    # Here every event of the batch fails, so no event's commit takes the decoded records with it either.
+    # Here every event of the batch fails again alone: none of its changes may reach the next batch.
     from streamdedup.core.engine import Engine
     from streamdedup.store.memory import MemoryStore
 
@@ -135,20 +134,6 @@ def test_a_batch_whose_handler_failed_leaves_no_changed_record_to_the_next(engin
     produced += runner.process(second, lambda outputs: None)
     uninterrupted, _ = _run(engine, MemoryStore(), first + second, batch=1)
     assert View().apply_all(produced).compacted() == View().apply_all(uninterrupted).compacted()
-
-
-def test_the_records_kept_between_batches_are_bounded_and_change_no_output(engine, monkeypatch):
-    from streamdedup.drivers import embedded
-    from streamdedup.store.memory import MemoryStore
-
-    events = random_feed(random.Random(16), sources=8, events=60)
-    monkeypatch.setattr(embedded, "RECORDS_KEPT", 0)
-    none_kept, _ = _run(engine, MemoryStore(), events, batch=7)
-    for kept in (5, 100_000):
-        monkeypatch.setattr(embedded, "RECORDS_KEPT", kept)
-        produced, runner = _run(engine, MemoryStore(), events, batch=7)
-        assert produced == none_kept
-        assert runner._records and all(len(records) <= kept for records in runner._records.values())
 
 
 class _Killed(BaseException):
