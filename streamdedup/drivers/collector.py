@@ -7,7 +7,8 @@ engine's time. Pausing it for the batch and letting it run between batches keeps
 one batch.
 
 A driver that runs batch after batch in one process (the embedded runner) also freezes, after each batch, what
-the batch left alive (:class:`BatchCollector`).
+the batch left alive (:class:`BatchCollector`): there, a reference cycle waits for the next thaw, at most 64
+batches, to be collected.
 """
 
 from __future__ import annotations
