@@ -192,11 +192,10 @@ pub fn apply_bands<'py>(
         let candidates = best
             .into_iter()
             .map(|(id, count)| {
-                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
                 PyTuple::new(
                     py,
                     [
-                        hex.into_pyobject(py)?.into_any(),
+                        crate::hex(&id).into_pyobject(py)?.into_any(),
                         count.into_pyobject(py)?.into_any(),
                     ],
                 )

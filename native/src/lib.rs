@@ -17,6 +17,11 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
 
+/// Lowercase hex of `bytes`, as Python's `bytes.hex()`.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
 const COMBINE: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -333,7 +338,7 @@ fn draw_permutations(seed: u32, num_perm: usize) -> (Vec<u32>, Vec<u32>) {
     (a, b)
 }
 
-/// Fill `out` with the two-bit sketch of a signature: each value times 0x9E3779B1, its top two bits, four values
+/// The two-bit sketch of a signature: each value times 0x9E3779B1, its top two bits, four values
 /// per byte from the low bits up (``streamdedup.core.sketches``).
 fn sketch(signature: &[u32]) -> Vec<u8> {
     signature

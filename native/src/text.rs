@@ -106,8 +106,7 @@ pub fn line_hashes(text: PyBackedStr, max_chars: usize) -> Option<Vec<(String, S
         hasher
             .finalize_variable(&mut digest)
             .expect("the buffer has the digest's size");
-        let hex = digest.iter().map(|b| format!("{b:02x}")).collect();
-        found.push((hex, normalized));
+        found.push((crate::hex(&digest), normalized));
     }
     Some(found)
 }
