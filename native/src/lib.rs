@@ -1,14 +1,16 @@
 //! The compiled kernels of streamdedup (`streamdedup._native`): MinHash signatures of a batch of texts, their LSH
-//! band hashes, Kafka's partitioner hash, the band stage's batch (`bands.rs`) and the normalization of ASCII
-//! text (`text.rs`).
+//! band hashes, Kafka's partitioner hash, the band stage's batch (`bands.rs`), the collection stage's line counts
+//! (`lines.rs`) and the normalization of ASCII text (`text.rs`).
 //!
 //! Each has a NumPy or pure-Python twin in the package that gives the same results
 //! (`streamdedup.core.numpy_kernels`, `streamdedup.core.partitioning.murmur2`,
-//! `streamdedup.core.stages.bands.apply_in_python`, `streamdedup.core.normalize.words`);
+//! `streamdedup.core.stages.bands.apply_in_python`, `streamdedup.core.stages.collection.count_in_python`,
+//! `streamdedup.core.normalize.words`);
 //! the tests compare them on random and hostile input. The hash functions are spelled out in
 //! `streamdedup/core/signatures.py`.
 
 mod bands;
+mod lines;
 mod text;
 
 use pyo3::buffer::{Element, PyBuffer};
@@ -457,6 +459,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(band_hashes, module)?)?;
     module.add_function(wrap_pyfunction!(positive_murmur2, module)?)?;
     module.add_function(wrap_pyfunction!(bands::apply_bands, module)?)?;
+    module.add_function(wrap_pyfunction!(lines::count_lines, module)?)?;
     module.add_function(wrap_pyfunction!(text::normalize_ascii, module)?)?;
     module.add_function(wrap_pyfunction!(text::line_hashes, module)?)?;
     Ok(())

@@ -21,3 +21,13 @@ def apply_bands(
 ]: ...
 def normalize_ascii(text: str) -> str | None: ...
 def line_hashes(text: str, max_chars: int) -> list[tuple[str, str]] | None: ...
+def count_lines(
+    updates: Sequence[tuple[str, str, int, bool, Sequence[tuple[str, str]], Sequence[str]]],
+    read: Callable[[list[str]], Sequence[bytes | None]],
+    docs: dict[str, int],
+    watch: dict[str, set[str]],
+    min_docs: int,
+    fraction: float,
+) -> tuple[
+    list[tuple[str, bytes | None]], list[bool], dict[str, int], dict[str, dict[str, tuple[int, str] | None]]
+]: ...

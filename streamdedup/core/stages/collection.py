@@ -9,14 +9,20 @@ from then on.
 
 A document keeps the chunks it was cut into: a line that becomes boilerplate after a document was ingested
 leaves that document's chunks as they are until its next version is ingested, which is chunked without it.
+
+The counting of a batch's line updates is the package's compiled ``count_lines`` (``native/src/lines.rs``);
+:func:`count_in_python` is its twin in Python, which the tests compare it with.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import msgspec
+
+from streamdedup.core import _native
 from streamdedup.core.messages import BoilerplateUpdate, LineDecision, LineUpdate, Message, Output
 from streamdedup.core.normalize import normalize
 from streamdedup.core.state import (
@@ -31,7 +37,7 @@ from streamdedup.core.state import (
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
 
-__all__ = ["CollectionStage", "collection_key", "line_hash", "line_key"]
+__all__ = ["CollectionStage", "collection_key", "count_in_python", "line_hash", "line_key"]
 
 
 def line_hash(normalized_line: str) -> str:
@@ -49,6 +55,18 @@ def line_key(collection: str, hashed: str) -> str:
     return f"l\x00{collection}\x00{hashed}"
 
 
+def member_key(collection: str, source_id: str) -> str:
+    """Return the state key of the last version of a source that a collection counted."""
+    return f"m\x00{collection}\x00{source_id}"
+
+
+#: A line update: collection, source_id, version, counted, added (line hash, normalized line), removed hashes.
+Update = tuple[str, str, int, bool, Sequence[tuple[str, str]], Sequence[str]]
+#: A line's count and normalized text, or None once no document holds it.
+Line = tuple[int, str] | None
+Counted = tuple[list[tuple[str, "bytes | None"]], list[bool], dict[str, int], dict[str, dict[str, Line]]]
+
+
 class CollectionStage:
     """Handler of the ``collection`` stage."""
 
@@ -59,16 +77,16 @@ class CollectionStage:
         self._allow = {normalize(line) for line in context.params.boilerplate_allow}
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
-        """Apply a batch of line updates for one partition; announce changed boilerplate lists."""
+        """Apply a batch of line updates and decisions for one partition; announce changed boilerplate lists."""
         collections = Table(state, CollectionRecord)
-        lines = Table(state, LineRecord)
-        members = Table(state, CollectionMember)
-        updates = [m for m in messages if isinstance(m, LineUpdate)]
-        members.prefetch([f"m\x00{m.collection}\x00{m.source_id}" for m in updates])
-        keys = {line_key(m.collection, hashed): None for m in updates for hashed, _ in m.added}
-        keys.update((line_key(m.collection, hashed), None) for m in updates for hashed in m.removed)
-        lines.prefetch(list(keys))
-        touched: dict[str, set[str]] = {}
+        named = [m.collection for m in messages if isinstance(m, (LineDecision, LineUpdate))]
+        collections.prefetch([collection_key(c) for c in dict.fromkeys(named)])
+        # Decisions change a collection's reviewed lines, updates its counts: the two commute, so decisions are
+        # applied first and the updates of the batch are counted in one call. Collections are re-evaluated in the
+        # order of the first message that changed them.
+        decided: dict[str, set[str]] = {}
+        changed_by: list[str | None] = []
+        updates: list[Update] = []
         for message in messages:
             if isinstance(message, LineDecision):
                 record = collections.get_or_new(collection_key(message.collection))
@@ -77,71 +95,177 @@ class CollectionStage:
                 if known is None or message.version > known.version:
                     record.decided[hashed] = LineMark(message.kind, message.version, message.line)
                     collections.mark(collection_key(message.collection))
-                    touched.setdefault(message.collection, set()).add(hashed)
-                continue
-            if not isinstance(message, LineUpdate):  # pragma: no cover - routing guarantees the type
-                raise TypeError(f"collection stage cannot handle {type(message).__name__}")
-            member_key = f"m\x00{message.collection}\x00{message.source_id}"
-            member = members.get_or_new(member_key)
-            if message.version <= member.version:
-                continue  # a duplicate or an older version
-            record = collections.get_or_new(collection_key(message.collection))
-            record.docs += int(message.counted) - int(member.counted)
-            member.version, member.counted = message.version, message.counted
-            members.mark(member_key)
-            collections.mark(collection_key(message.collection))
-            changed = touched.setdefault(message.collection, set())
-            for hashed, text in message.added:
-                key = line_key(message.collection, hashed)
-                line = lines.get_or_new(key)
-                line.count += 1
-                line.text = text
-                lines.mark(key)
-                changed.add(hashed)
-            for hashed in message.removed:
-                key = line_key(message.collection, hashed)
-                found = lines.get(key)
-                if found is None:
-                    continue
-                found.count -= 1
-                if found.count <= 0:
-                    lines.delete(key)
+                    decided.setdefault(message.collection, set()).add(hashed)
+                    changed_by.append(message.collection)
                 else:
-                    lines.mark(key)
-                changed.add(hashed)
+                    changed_by.append(None)
+            elif isinstance(message, LineUpdate):
+                updates.append(
+                    (message.collection, message.source_id, message.version, message.counted, message.added,
+                     message.removed)
+                )  # fmt: skip
+                changed_by.append(message.collection)
+            else:  # pragma: no cover - routing guarantees the types above
+                raise TypeError(f"collection stage cannot handle {type(message).__name__}")
+        found: dict[str, dict[str, Line]] = {}
+        if updates:
+            records = {u[0]: collections.get(collection_key(u[0])) for u in updates}
+            docs = {c: r.docs for c, r in records.items() if r is not None}
+            watch = {c: {*r.boilerplate, *r.decided} for c, r in records.items() if r is not None}
+            writes, applied, totals, found = _native.count_lines(
+                updates, _reader(state), docs, watch, self._params.boilerplate_min_docs,
+                self._params.boilerplate_fraction,
+            )  # fmt: skip
+            for key, raw in writes:
+                if raw is None:
+                    state.delete(key)
+                else:
+                    state.put(key, raw)
+            for collection, total in totals.items():
+                collections.get_or_new(collection_key(collection)).docs = total
+                collections.mark(collection_key(collection))
+            verdicts = iter(applied)
+            changed_by = [
+                c if not isinstance(m, LineUpdate) or next(verdicts) else None
+                for c, m in zip(changed_by, messages, strict=True)
+            ]
         out: list[Message | Output] = []
-        for collection, changed in touched.items():
+        for collection in dict.fromkeys(c for c in changed_by if c is not None):
             record = collections.get_or_new(collection_key(collection))
-            if self._reevaluate(record, collection, changed | set(record.boilerplate), lines):
+            lines = found.get(collection, {})
+            candidates = lines.keys() | decided.get(collection, set()) | record.boilerplate.keys()
+            if self._reevaluate(record, collection, candidates, lines, state):
                 record.seq += 1
                 out.append(
                     BoilerplateUpdate(collection, record.seq, dict(sorted(record.boilerplate.items())))
                 )
         collections.flush()
-        lines.flush()
-        members.flush()
         return out
 
     def _reevaluate(
-        self, record: CollectionRecord, collection: str, candidates: set[str], lines: Table[LineRecord]
+        self,
+        record: CollectionRecord,
+        collection: str,
+        candidates: set[str],
+        lines: Mapping[str, Line],
+        state: PartitionState,
     ) -> bool:
+        """Decide each candidate line again; ``lines`` holds those the batch changed, the state the others."""
         params = self._params
         enabled = params.boilerplate_min_docs > 0 and record.docs >= params.boilerplate_min_docs
         threshold = params.boilerplate_fraction * record.docs
         changed = False
         for hashed in sorted(candidates):
-            line = lines.get(line_key(collection, hashed))
+            line = lines[hashed] if hashed in lines else _stored_line(state, line_key(collection, hashed))
             mark = record.decided.get(hashed)
             if mark is not None and mark.kind != "auto":
                 boilerplate = mark.kind == "strip"
             else:
                 boilerplate = (
-                    enabled and line is not None and line.count >= threshold and line.text not in self._allow
+                    enabled and line is not None and line[0] >= threshold and line[1] not in self._allow
                 )
             if boilerplate and hashed not in record.boilerplate:
-                record.boilerplate[hashed] = line.text if line is not None else mark.text  # type: ignore[union-attr]
+                record.boilerplate[hashed] = line[1] if line is not None else mark.text  # type: ignore[union-attr]
                 changed = True
             elif not boilerplate and hashed in record.boilerplate:
                 del record.boilerplate[hashed]
                 changed = True
         return changed
+
+
+_LINE = msgspec.msgpack.Decoder(LineRecord)
+_MEMBER = msgspec.msgpack.Decoder(CollectionMember)
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def _stored_line(state: PartitionState, key: str) -> Line:
+    raw = state.get(key)
+    if raw is None:
+        return None
+    line = _LINE.decode(raw)
+    return (line.count, line.text)
+
+
+def _reader(state: PartitionState) -> Callable[[list[str]], Sequence[bytes | None]]:
+    get_many = getattr(state, "get_many", None)
+    return get_many if get_many is not None else lambda keys: [state.get(k) for k in keys]
+
+
+def count_in_python(
+    updates: Sequence[Update],
+    read: Callable[[list[str]], Sequence[bytes | None]],
+    docs: Mapping[str, int],
+    watch: Mapping[str, set[str]],
+    min_docs: int,
+    fraction: float,
+) -> Counted:
+    """The collection stage's counting in Python: the twin the tests compare the compiled ``count_lines`` with.
+
+    It applies ``updates`` in order to their sources' member records and their lines' counts, read with one call
+    of ``read`` (member keys, then line keys, each once). An update applies only if its version is newer than the
+    member's. It returns the changed records in key order (None once gone), whether each update applied, the
+    document count of each collection an update applied to (from ``docs``), and per such collection the changed
+    lines that may be boilerplate now: those in ``watch``, and, once the collection has ``min_docs`` documents
+    (``min_docs`` positive), those in at least ``fraction`` of them.
+    """
+    member_keys = [member_key(u[0], u[1]) for u in updates]
+    line_keys = [line_key(u[0], h) for u in updates for h in (*(a[0] for a in u[4]), *u[5])]
+    keys = list(dict.fromkeys([*member_keys, *line_keys]))
+    stored = dict(zip(keys, read(keys), strict=True))
+    members: dict[str, CollectionMember | None] = {}
+    lines: dict[str, LineRecord | None] = {}
+    changed: set[str] = set()
+    applied: list[bool] = []
+    totals: dict[str, int] = {}
+    touched: dict[str, dict[str, str]] = {}  # collection -> line hash -> line key, in order of change
+
+    def line_of(key: str) -> LineRecord | None:
+        if key not in lines:
+            raw = stored[key]
+            lines[key] = None if raw is None else _LINE.decode(raw)
+        return lines[key]
+
+    for (collection, _, version, counted, added, removed), key in zip(updates, member_keys, strict=True):
+        if key not in members:
+            raw = stored[key]
+            members[key] = None if raw is None else _MEMBER.decode(raw)
+        member = members[key] or CollectionMember()
+        if version <= member.version:
+            applied.append(False)
+            continue
+        applied.append(True)
+        total = totals.get(collection, docs.get(collection, 0))
+        totals[collection] = total + int(counted) - int(member.counted)
+        members[key] = CollectionMember(version=version, counted=counted)
+        changed.add(key)
+        changes = touched.setdefault(collection, {})
+        for hashed, text in added:
+            at = line_key(collection, hashed)
+            line = line_of(at)
+            lines[at] = LineRecord(count=(0 if line is None else line.count) + 1, text=text)
+            changed.add(at)
+            changes.setdefault(hashed, at)
+        for hashed in removed:
+            at = line_key(collection, hashed)
+            line = line_of(at)
+            if line is None:
+                continue
+            lines[at] = LineRecord(count=line.count - 1, text=line.text) if line.count > 1 else None
+            changed.add(at)
+            changes.setdefault(hashed, at)
+    writes: list[tuple[str, bytes | None]] = []
+    for key in sorted(changed):
+        record = members[key] if key in members else lines[key]
+        writes.append((key, None if record is None else _ENCODER.encode(record)))
+    found: dict[str, dict[str, Line]] = {}
+    for collection, changes in touched.items():
+        total = totals[collection]
+        enabled = min_docs > 0 and total >= min_docs
+        threshold = fraction * total
+        watched = watch.get(collection, set())
+        found[collection] = {}
+        for hashed, at in changes.items():
+            line = lines[at]
+            if hashed in watched or (enabled and line is not None and line.count >= threshold):
+                found[collection][hashed] = None if line is None else (line.count, line.text)
+    return writes, applied, totals, found
