@@ -184,7 +184,8 @@ def _edit(rng: random.Random, text: str, count: int, vocabulary: list[str]) -> s
 
 def _fixed_work(engine: Engine, pool: list[str]) -> Callable[[], float]:
     """Return a probe of the machine's speed: the seconds the same 100 positions take through ``engine`` on a
-    new in-memory state. Nothing in it grows with the growth run's state, so its time tracks the machine alone."""
+    new in-memory state. Nothing in it grows with the growth run's state, so its time tracks the machine: other
+    work on it, and the run's own RocksDB flushes and compactions beside it (those do grow with the state)."""
     events = [
         UpsertEvent(
             source_id=f"fixed-{doc:04d}",

@@ -230,7 +230,9 @@ def _growth_rows(windows: list[dict[str, Any]]) -> list[str]:
         ["", "Fixed work: the same 100 positions through the engine on a new in-memory state after every batch, "
          "outside the window's time, summed over the window; nothing in the growing state touches it. A window's "
          "rate at the machine's speed is its rate times how much longer the fixed work took than in the first "
-         "window."]
+         "window. The fixed work shares the machine with the run's own RocksDB flushes and compactions, which grow "
+         "with the state, as well as with other work on the machine: the rate at the machine's speed leaves out "
+         "some of the engine's own cost at scale, and the truth lies between the two ratios."]
         if fixed
         else []
     )  # fmt: skip
