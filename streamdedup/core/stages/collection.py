@@ -37,7 +37,7 @@ from streamdedup.core.state import (
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
 
-__all__ = ["CollectionStage", "collection_key", "count_in_python", "line_hash", "line_key"]
+__all__ = ["CollectionStage", "collection_key", "count_in_python", "line_hash", "line_key", "member_key"]
 
 
 def line_hash(normalized_line: str) -> str:
