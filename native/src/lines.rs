@@ -165,27 +165,28 @@ pub fn count_lines<'py>(
     let mut changed = vec![false; names.len()];
     let mut applied = Vec::with_capacity(updates.len());
     let mut totals: HashMap<String, i64> = HashMap::new();
-    // Per collection, in order of first application, the lines changed: (line slot, line hash).
+    // Per collection, in order of first application, the lines changed, once each: (line slot, line hash).
     let mut touched: Vec<(String, Vec<(usize, &str)>)> = Vec::new();
     let mut touched_at: HashMap<String, usize> = HashMap::new();
     for (u, (collection, _, version, counted, added, removed)) in updates.iter().enumerate() {
         let slot = member_at[u];
-        if members[slot].is_none() {
-            members[slot] = Some(match &stored[slot] {
-                Some(raw) => Some(decode_member(raw, &keys.names[slot])?),
-                None => None,
-            });
-        }
-        let (was_version, was_counted) = members[slot].flatten().unwrap_or((-1, false));
+        let member = loaded(
+            &mut members[slot],
+            &stored[slot],
+            &keys.names[slot],
+            decode_member,
+        )?;
+        let (was_version, was_counted) = member.unwrap_or((-1, false));
         if *version <= was_version {
             applied.push(false);
             continue;
         }
         applied.push(true);
-        members[slot] = Some(Some((*version, *counted)));
+        *member = Some((*version, *counted));
         changed[slot] = true;
-        let base = docs.get(&**collection).copied().unwrap_or(0);
-        *totals.entry(collection.to_string()).or_insert(base) +=
+        *totals
+            .entry(collection.to_string())
+            .or_insert_with(|| docs.get(&**collection).copied().unwrap_or(0)) +=
             i64::from(*counted) - i64::from(was_counted);
         let next = touched.len();
         let at = *touched_at.entry(collection.to_string()).or_insert(next);
@@ -195,21 +196,24 @@ pub fn count_lines<'py>(
         let changes = &mut touched[at].1;
         let (added_at, removed_at) = &line_at[u];
         for ((hashed, text), &slot) in added.iter().zip(added_at) {
-            let line = load_line(
+            let line = loaded(
                 &mut lines[slot - first_line],
                 &stored[slot],
                 &keys.names[slot],
+                decode_line,
             )?;
             let count = line.as_ref().map_or(0, |(count, _)| *count);
             *line = Some((count + 1, text.to_string()));
-            changed[slot] = true;
-            changes.push((slot, hashed));
+            if !std::mem::replace(&mut changed[slot], true) {
+                changes.push((slot, hashed)); // each line once, however many updates change it
+            }
         }
         for (hashed, &slot) in removed.iter().zip(removed_at) {
-            let line = load_line(
+            let line = loaded(
                 &mut lines[slot - first_line],
                 &stored[slot],
                 &keys.names[slot],
+                decode_line,
             )?;
             let Some((count, _)) = line else {
                 continue;
@@ -219,8 +223,9 @@ pub fn count_lines<'py>(
             } else {
                 *line = None;
             }
-            changed[slot] = true;
-            changes.push((slot, hashed));
+            if !std::mem::replace(&mut changed[slot], true) {
+                changes.push((slot, hashed));
+            }
         }
     }
     let mut order: Vec<usize> = (0..names.len()).filter(|&k| changed[k]).collect();
@@ -261,15 +266,16 @@ pub fn count_lines<'py>(
     Ok((writes, applied, totals, found))
 }
 
-/// The line record in `cell`, decoded from `raw` on first use.
-fn load_line<'a>(
-    cell: &'a mut Option<Option<(i64, String)>>,
+/// The record in `cell` (None where absent), decoded from `raw` on first use.
+fn loaded<'a, T>(
+    cell: &'a mut Option<Option<T>>,
     raw: &Option<Vec<u8>>,
     key: &str,
-) -> PyResult<&'a mut Option<(i64, String)>> {
+    decode: fn(&[u8], &str) -> PyResult<T>,
+) -> PyResult<&'a mut Option<T>> {
     if cell.is_none() {
         *cell = Some(match raw {
-            Some(raw) => Some(decode_line(raw, key)?),
+            Some(raw) => Some(decode(raw, key)?),
             None => None,
         });
     }

@@ -130,11 +130,15 @@ class CollectionStage:
                 for c, m in zip(changed_by, messages, strict=True)
             ]
         out: list[Message | Output] = []
+        read = _reader(state)
         for collection in dict.fromkeys(c for c in changed_by if c is not None):
             record = collections.get_or_new(collection_key(collection))
             lines = found.get(collection, {})
-            candidates = lines.keys() | decided.get(collection, set()) | record.boilerplate.keys()
-            if self._reevaluate(record, collection, candidates, lines, state):
+            # The other candidates are lines the batch did not change: their counts as stored, in one read.
+            others = sorted((decided.get(collection, set()) | record.boilerplate.keys()) - lines.keys())
+            stored = read([line_key(collection, hashed) for hashed in others])
+            lines = {**lines, **{h: _line(raw) for h, raw in zip(others, stored, strict=True)}}
+            if self._reevaluate(record, lines):
                 record.seq += 1
                 out.append(
                     BoilerplateUpdate(collection, record.seq, dict(sorted(record.boilerplate.items())))
@@ -142,21 +146,14 @@ class CollectionStage:
         collections.flush()
         return out
 
-    def _reevaluate(
-        self,
-        record: CollectionRecord,
-        collection: str,
-        candidates: set[str],
-        lines: Mapping[str, Line],
-        state: PartitionState,
-    ) -> bool:
-        """Decide each candidate line again; ``lines`` holds those the batch changed, the state the others."""
+    def _reevaluate(self, record: CollectionRecord, lines: Mapping[str, Line]) -> bool:
+        """Decide again whether each candidate line in ``lines`` (by hash: count and text, or None) is boilerplate."""
         params = self._params
         enabled = params.boilerplate_min_docs > 0 and record.docs >= params.boilerplate_min_docs
         threshold = params.boilerplate_fraction * record.docs
         changed = False
-        for hashed in sorted(candidates):
-            line = lines[hashed] if hashed in lines else _stored_line(state, line_key(collection, hashed))
+        for hashed in sorted(lines):
+            line = lines[hashed]
             mark = record.decided.get(hashed)
             if mark is not None and mark.kind != "auto":
                 boilerplate = mark.kind == "strip"
@@ -178,8 +175,7 @@ _MEMBER = msgspec.msgpack.Decoder(CollectionMember)
 _ENCODER = msgspec.msgpack.Encoder()
 
 
-def _stored_line(state: PartitionState, key: str) -> Line:
-    raw = state.get(key)
+def _line(raw: bytes | None) -> Line:
     if raw is None:
         return None
     line = _LINE.decode(raw)
