@@ -196,12 +196,8 @@ pub fn count_lines<'py>(
         let changes = &mut touched[at].1;
         let (added_at, removed_at) = &line_at[u];
         for ((hashed, text), &slot) in added.iter().zip(added_at) {
-            let line = loaded(
-                &mut lines[slot - first_line],
-                &stored[slot],
-                &keys.names[slot],
-                decode_line,
-            )?;
+            let cell = &mut lines[slot - first_line];
+            let line = loaded(cell, &stored[slot], &keys.names[slot], decode_line)?;
             let count = line.as_ref().map_or(0, |(count, _)| *count);
             *line = Some((count + 1, text.to_string()));
             if !std::mem::replace(&mut changed[slot], true) {
@@ -209,12 +205,8 @@ pub fn count_lines<'py>(
             }
         }
         for (hashed, &slot) in removed.iter().zip(removed_at) {
-            let line = loaded(
-                &mut lines[slot - first_line],
-                &stored[slot],
-                &keys.names[slot],
-                decode_line,
-            )?;
+            let cell = &mut lines[slot - first_line];
+            let line = loaded(cell, &stored[slot], &keys.names[slot], decode_line)?;
             let Some((count, _)) = line else {
                 continue;
             };
