@@ -215,6 +215,10 @@ def _growth_rows(windows: list[dict[str, Any]]) -> list[str]:
     if fixed:
         head += " fixed work (s) | ratio to first window at the machine's speed |"
         rule += "---:|---:|"
+    cpu = "background_cpu_seconds" in first
+    if cpu:
+        head += " engine thread CPU (s) | background CPU (s) |"
+        rule += "---:|---:|"
     rows = []
     for w in windows:
         ratio = w["chunks_per_second"] / first["chunks_per_second"]
@@ -225,6 +229,8 @@ def _growth_rows(windows: list[dict[str, Any]]) -> list[str]:
         if fixed:
             speed = w["fixed_work_seconds"] / first["fixed_work_seconds"]
             row += f" {w['fixed_work_seconds']:.3f} | {ratio * speed:.2f} |"
+        if cpu:
+            row += f" {w['engine_thread_cpu_seconds']:.1f} | {w['background_cpu_seconds']:.1f} |"
         rows.append(row)
     note = (
         ["", "Fixed work: the same 100 positions through the engine on a new in-memory state after every batch, "
@@ -236,6 +242,13 @@ def _growth_rows(windows: list[dict[str, Any]]) -> list[str]:
         if fixed
         else []
     )  # fmt: skip
+    if cpu:
+        note += [
+            "",
+            "CPU: of the thread that runs the engine (the fixed work left out), and of the process's other threads, "
+            "RocksDB's flushes and compactions, over the window; a compaction rewrites a family's bottom level "
+            f"whole. Background CPU over the run: {sum(w['background_cpu_seconds'] for w in windows):,.0f} s.",
+        ]
     return [head, rule, *rows, *note, ""]
 
 
