@@ -10,6 +10,7 @@
 //! `streamdedup/core/signatures.py`.
 
 mod bands;
+mod content;
 mod lines;
 mod text;
 
@@ -462,5 +463,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(lines::count_lines, module)?)?;
     module.add_function(wrap_pyfunction!(text::normalize_ascii, module)?)?;
     module.add_function(wrap_pyfunction!(text::line_hashes, module)?)?;
+    module.add_function(wrap_pyfunction!(content::content_reencode, module)?)?;
     Ok(())
 }
