@@ -456,6 +456,7 @@ impl Scheme {
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<Scheme>()?;
+    module.add_class::<content::stage::ContentKernel>()?;
     module.add_function(wrap_pyfunction!(signatures, module)?)?;
     module.add_function(wrap_pyfunction!(band_hashes, module)?)?;
     module.add_function(wrap_pyfunction!(positive_murmur2, module)?)?;

@@ -72,6 +72,11 @@ fn normalize_into(bytes: &[u8], out: &mut String) {
 /// Return the normalized form of an ASCII ``text`` (``normalize.normalize``), or None if it is not ASCII.
 #[pyfunction]
 pub fn normalize_ascii(text: PyBackedStr) -> Option<String> {
+    normalized_ascii(&text)
+}
+
+/// The normalized form of an ASCII ``text``, or None if it is not ASCII.
+pub fn normalized_ascii(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     if !bytes.is_ascii() {
         return None;

@@ -26,6 +26,7 @@ from streamdedup.core.model import Rank, SourceAttrs
 from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.shingles import jaccard
 from streamdedup.core.sketches import sketches
+from streamdedup.core.stages.content import ContentStage, ContentStageInPython
 from streamdedup.core.stages.content_settle import Settlement
 from streamdedup.core.state import ContentIds, ContentRecord, Table, id_key
 from streamdedup.store.base import Transaction
@@ -55,14 +56,22 @@ def _rank(text: str, source: str, day: int) -> Rank:
     return Rank(0, day * 86_400_000_000, len(text), source, content_hash(text))
 
 
-@pytest.fixture
-def stage(engine):
+def _stored(state, key, record_type):
+    """The record stored under ``key``, decoded (not a batch's cached copy: the compiled stage writes bytes)."""
+    raw = state.get(key)
+    return None if raw is None else msgspec.msgpack.decode(raw, type=record_type)
+
+
+@pytest.fixture(params=["compiled", "python"])
+def stage(engine, request):
+    """The content stage, compiled and its Python twin: each test holds for both."""
     txn = Transaction(MemoryStore())
+    handler = (ContentStage if request.param == "compiled" else ContentStageInPython)(engine.context)
 
     def send(*messages):
-        return engine.handle("content", list(messages), txn.partition("content", 0))
+        return handler.handle(list(messages), txn.partition("content", 0))
 
-    send.record = lambda text: Table(txn.partition("content", 0), ContentRecord).get(content_hash(text))
+    send.record = lambda text: _stored(txn.partition("content", 0), content_hash(text), ContentRecord)
     send.state = txn.partition("content", 0)
     send.txn = txn
     return send
@@ -299,16 +308,15 @@ def test_a_content_that_asks_its_band_candidates_sends_its_sketch_and_then_forge
     request = _asking(stage, NEAR, TEXT)
     assert request.sketch == _sketch(engine, NEAR) and len(request.sketch) == engine.params.num_perm // 4
     assert stage.record(NEAR).sketch == b""
-    index = Table(stage.state, ContentIds)
-    assert index.get(id_key(content_id(content_hash(NEAR)))).sketches == [_sketch(engine, NEAR)]
+    index = _stored(stage.state, id_key(content_id(content_hash(NEAR))), ContentIds)
+    assert index.sketches == [_sketch(engine, NEAR)]
 
 
 def test_a_content_that_joins_its_bands_is_listed_under_its_content_id(stage):
     _settled(stage, TEXT)
     stage(_ref(SHORT))  # too short for near matching: never a candidate, not listed
-    index = Table(stage.state, ContentIds)
-    assert index.get(id_key(content_id(content_hash(TEXT)))).hashes == [content_hash(TEXT)]
-    assert index.get(id_key(content_id(content_hash(SHORT)))) is None
+    assert _stored(stage.state, id_key(content_id(content_hash(TEXT))), ContentIds).hashes == [content_hash(TEXT)]
+    assert _stored(stage.state, id_key(content_id(content_hash(SHORT))), ContentIds) is None
 
 
 def test_a_dead_content_answers_a_verify_request_as_dead(stage):

@@ -2,6 +2,9 @@
 
 pub mod model;
 pub mod mp;
+mod policy;
+mod py;
+pub mod stage;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

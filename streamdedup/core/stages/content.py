@@ -13,6 +13,10 @@ A content comes alive with its first live source position and dies with its last
 A batch is applied message by message, and each content it touched is settled once at the end. Every message
 carries the sender's whole current state with a sequence number, so duplicates and stale messages are ignored and
 the outcome does not depend on delivery order.
+
+The engine applies a batch with the package's compiled ``ContentKernel`` (``native/src/content/``), which reads and
+writes the same records; :class:`ContentStageInPython` is its twin in Python, built from the modules named above,
+which the tests compare it with message by message and record by record.
 """
 
 from __future__ import annotations
@@ -21,19 +25,29 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
+from streamdedup.core import _native
+from streamdedup.core.facts import describe_fact_difference, fact_tokens
 from streamdedup.core.messages import (
     CONTENT_ID_CHARS,
     BandAck,
+    BandJoin,
+    BandLeave,
+    ContentStatus,
     Info,
+    MemberReport,
     Message,
     NeighborUpdate,
     Output,
     PairDecision,
+    PairMark,
     RefUpdate,
+    SourceRef,
     VerifyRequest,
     VerifyResult,
     content_id,
 )
+from streamdedup.core.model import Rank, SourceAttrs, format_timestamp
+from streamdedup.core.normalize import normalize
 from streamdedup.core.records import audit_value
 from streamdedup.core.sketches import agreements, dismiss_below, estimate
 from streamdedup.core.stages.content_discovery import Discovery
@@ -43,7 +57,7 @@ from streamdedup.core.stages.content_work import Features, Work
 from streamdedup.core.stages.context import StageContext
 from streamdedup.core.state import ContentIds, ContentRecord, PartitionState, RefEntry, Table, id_key, ref_key
 
-__all__ = ["ContentStage"]
+__all__ = ["ContentStage", "ContentStageInPython"]
 
 
 def _by_id(message: Message) -> bool:
@@ -52,7 +66,54 @@ def _by_id(message: Message) -> bool:
 
 
 class ContentStage:
-    """Handler of the ``content`` stage."""
+    """Handler of the ``content`` stage: the compiled kernel."""
+
+    name = "content"
+
+    def __init__(self, context: StageContext) -> None:
+        params = context.params
+        classes = (
+            RefUpdate, BandAck, VerifyRequest, VerifyResult, PairDecision, NeighborUpdate, ContentStatus,
+            BandJoin, BandLeave, Output, Info, Rank, PairMark, MemberReport, SourceRef, SourceAttrs,
+        )  # fmt: skip
+        self._kernel = _native.ContentKernel(
+            {kind.__name__: kind for kind in classes},
+            {
+                "threshold": params.threshold,
+                "min_shingles": params.min_shingles,
+                "max_candidates": params.max_candidates,
+                "max_chunk_sources": params.max_chunk_sources,
+                "shingle_size": params.shingle_size,
+                "num_perm": params.num_perm,
+                "bands": params.bands,
+                "rows": params.rows,
+                "dismiss_below": dismiss_below(params.threshold, params.num_perm),
+            },
+            list(context.policy.criteria),
+            {
+                "normalize": normalize,
+                "fact_tokens": lambda norm: tuple(fact_tokens(norm)),
+                "describe_fact_difference": describe_fact_difference,
+                "format_timestamp": format_timestamp,
+                "features": context.scheme.features,
+            },
+        )
+
+    def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
+        """Apply a batch of messages for one partition and emit what follows from them."""
+        get_many = getattr(state, "get_many", None)
+        read = get_many if get_many is not None else lambda keys: [state.get(k) for k in keys]
+        writes, out = self._kernel.apply(list(messages), read, state.scan)
+        for key, raw in writes:
+            if raw is None:
+                state.delete(key)
+            else:
+                state.put(key, raw)
+        return out  # type: ignore[no-any-return]
+
+
+class ContentStageInPython:
+    """Handler of the ``content`` stage in Python: the compiled kernel's twin."""
 
     name = "content"
 
