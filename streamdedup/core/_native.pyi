@@ -31,3 +31,20 @@ def count_lines(
 ) -> tuple[
     list[tuple[str, bytes | None]], list[bool], dict[str, int], dict[str, dict[str, tuple[int, str] | None]]
 ]: ...
+
+class ContentKernel:
+    def __init__(
+        self,
+        classes: dict[str, type],
+        params: dict[str, Any],
+        criteria: list[str],
+        helpers: dict[str, Callable[..., Any]],
+    ) -> None: ...
+    def apply(
+        self,
+        messages: list[Any],
+        read: Callable[[list[str]], Sequence[bytes | None]],
+        scan: Callable[[str], list[tuple[str, bytes]]],
+    ) -> tuple[list[tuple[str, bytes | None]], list[Any]]: ...
+
+def content_reencode(kind: str, raw: bytes) -> bytes: ...

@@ -315,7 +315,9 @@ def test_a_content_that_asks_its_band_candidates_sends_its_sketch_and_then_forge
 def test_a_content_that_joins_its_bands_is_listed_under_its_content_id(stage):
     _settled(stage, TEXT)
     stage(_ref(SHORT))  # too short for near matching: never a candidate, not listed
-    assert _stored(stage.state, id_key(content_id(content_hash(TEXT))), ContentIds).hashes == [content_hash(TEXT)]
+    assert _stored(stage.state, id_key(content_id(content_hash(TEXT))), ContentIds).hashes == [
+        content_hash(TEXT)
+    ]
     assert _stored(stage.state, id_key(content_id(content_hash(SHORT))), ContentIds) is None
 
 

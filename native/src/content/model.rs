@@ -165,7 +165,11 @@ impl Rank {
 }
 
 fn optional_rank(r: &mut Reader) -> Result<Option<Rank>> {
-    Ok(if r.nil() { None } else { Some(Rank::decode(r)?) })
+    Ok(if r.nil() {
+        None
+    } else {
+        Some(Rank::decode(r)?)
+    })
 }
 
 fn encode_optional_rank(w: &mut Writer, rank: &Option<Rank>) {
@@ -564,7 +568,11 @@ fn map_of<T>(
     Ok(found)
 }
 
-fn encode_map_of<T>(w: &mut Writer, map: &IndexMap<String, T>, mut write: impl FnMut(&mut Writer, &T)) {
+fn encode_map_of<T>(
+    w: &mut Writer,
+    map: &IndexMap<String, T>,
+    mut write: impl FnMut(&mut Writer, &T),
+) {
     w.map(map.len());
     for (key, value) in map {
         w.str(key);
@@ -671,7 +679,9 @@ impl ContentRecord {
                 "principals" => c.principals = map_of(r, |r| r.int())?,
                 "top" => {
                     let n = r.array()?;
-                    c.top = (0..n).map(|_| Ref::decode(r, true)).collect::<Result<_>>()?;
+                    c.top = (0..n)
+                        .map(|_| Ref::decode(r, true))
+                        .collect::<Result<_>>()?;
                 }
                 "pending_bands" => c.pending_bands = r.strings()?,
                 "candidates" => c.candidates = map_of(r, |r| r.int())?,
@@ -685,7 +695,11 @@ impl ContentRecord {
                 "canonical_ref" => c.canonical_ref = optional_position(r)?,
                 "members" => c.members = map_of(r, MemberReport::decode)?,
                 "sent_info" => {
-                    c.sent_info = if r.nil() { None } else { Some(Info::decode(r)?) }
+                    c.sent_info = if r.nil() {
+                        None
+                    } else {
+                        Some(Info::decode(r)?)
+                    }
                 }
                 "sent_report" => {
                     c.sent_report = if r.nil() {
@@ -706,7 +720,11 @@ impl ContentRecord {
                 "flagged" => c.flagged = r.strings()?,
                 "conflicted" => c.conflicted = r.boolean()?,
                 "conflict" => {
-                    c.conflict = if r.nil() { None } else { Some(Conflict::decode(r)?) }
+                    c.conflict = if r.nil() {
+                        None
+                    } else {
+                        Some(Conflict::decode(r)?)
+                    }
                 }
                 "flag_partner" => c.flag_partner = r.string()?,
                 "raised" => c.raised = r.strings()?,

@@ -208,7 +208,12 @@ pub fn decide(
 }
 
 /// `clustering.split_reason`: why a member left the canonical it was in.
-pub fn split_reason(rank: &Rank, readers: &[String], target: Option<&Info>, policy: &Policy) -> &'static str {
+pub fn split_reason(
+    rank: &Rank,
+    readers: &[String],
+    target: Option<&Info>,
+    policy: &Policy,
+) -> &'static str {
     let Some(target) = target else {
         return "canonical deleted";
     };

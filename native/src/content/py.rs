@@ -144,7 +144,11 @@ impl Reader {
         let py = obj.py();
         let optional = |name: &Bound<'_, PyString>| -> PyResult<Option<String>> {
             let v = obj.getattr(name)?;
-            Ok(if v.is_none() { None } else { Some(v.extract()?) })
+            Ok(if v.is_none() {
+                None
+            } else {
+                Some(v.extract()?)
+            })
         };
         let metadata = obj.getattr(intern!(py, "metadata"))?;
         let attrs = Rc::new(SourceAttrs {
@@ -255,7 +259,9 @@ impl<'a, 'py> Writer<'a, 'py> {
         kwargs.set_item(intern!(py, "uri"), &attrs.uri)?;
         kwargs.set_item(intern!(py, "title"), &attrs.title)?;
         match &attrs.metadata {
-            Some(metadata) => kwargs.set_item(intern!(py, "metadata"), value_to_py(py, metadata)?)?,
+            Some(metadata) => {
+                kwargs.set_item(intern!(py, "metadata"), value_to_py(py, metadata)?)?
+            }
             None => kwargs.set_item(intern!(py, "metadata"), py.None())?,
         }
         kwargs.set_item(intern!(py, "preferred"), attrs.preferred)?;
@@ -306,7 +312,12 @@ impl<'a, 'py> Writer<'a, 'py> {
         let mut refs = Vec::with_capacity(report.refs.len());
         for r in &report.refs {
             let attrs = self.attrs(&r.attrs)?;
-            refs.push(self.classes.source_ref.bind(py).call1((&r.source_id, r.position, attrs))?);
+            refs.push(
+                self.classes
+                    .source_ref
+                    .bind(py)
+                    .call1((&r.source_id, r.position, attrs))?,
+            );
         }
         self.classes.member_report.bind(py).call1((
             report.jaccard,

@@ -2,7 +2,7 @@
 //! from: `content_sources`, `content_discovery`, `content_settle`), compiled. The Python stage is the twin the
 //! tests compare this with, message by message and record by record; each function names the one it follows.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 use blake2::digest::{Update, VariableOutput};
@@ -11,6 +11,7 @@ use indexmap::IndexMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::model::{
     ChunkStatus, Conflict, ContentIds, ContentRecord, Info, MemberReport, NeighborEntry, PairMark,
@@ -26,23 +27,31 @@ fn content_id(h: &str) -> &str {
     h.get(..CONTENT_ID_CHARS).unwrap_or(h)
 }
 
+fn joined(parts: &[&str]) -> String {
+    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        out.push_str(part);
+    }
+    out
+}
+
 fn id_key(id: &str) -> String {
-    format!("i\0{id}")
+    joined(&["i\0", id])
 }
 
 fn ref_prefix(h: &str) -> String {
-    format!("r\0{h}\0")
+    joined(&["r\0", h, "\0"])
 }
 
 fn ref_key(h: &str, source_id: &str) -> String {
-    format!("r\0{h}\0{source_id}")
+    joined(&["r\0", h, "\0", source_id])
 }
 
 fn review_key(a: &str, b: &str) -> String {
     if a <= b {
-        format!("{a}:{b}")
+        joined(&[a, ":", b])
     } else {
-        format!("{b}:{a}")
+        joined(&[b, ":", a])
     }
 }
 
@@ -163,8 +172,40 @@ fn read_message(
 ) -> PyResult<In> {
     let py = obj.py();
     let kind = obj.get_type();
-    let get = |name: &str| obj.getattr(PyString::intern(py, name));
-    let string = |name: &str| -> PyResult<String> { get(name)?.extract() };
+    macro_rules! get {
+        ($name:literal) => {
+            obj.getattr(pyo3::intern!(py, $name))
+        };
+    }
+    let get = |name: &'static str| -> PyResult<Bound<'_, PyAny>> {
+        match name {
+            "content_hash" => get!("content_hash"),
+            "source_id" => get!("source_id"),
+            "version" => get!("version"),
+            "positions" => get!("positions"),
+            "texts" => get!("texts"),
+            "norm" => get!("norm"),
+            "attrs" => get!("attrs"),
+            "attrs_only" => get!("attrs_only"),
+            "attrs_seq" => get!("attrs_seq"),
+            "epoch" => get!("epoch"),
+            "bands" => get!("bands"),
+            "candidates" => get!("candidates"),
+            "sender" => get!("sender"),
+            "text" => get!("text"),
+            "info" => get!("info"),
+            "decision" => get!("decision"),
+            "report" => get!("report"),
+            "sketch" => get!("sketch"),
+            "jaccard" => get!("jaccard"),
+            "edge" => get!("edge"),
+            "conflict" => get!("conflict"),
+            "other" => get!("other"),
+            "mark" => get!("mark"),
+            _ => obj.getattr(PyString::new(py, name)),
+        }
+    };
+    let string = |name: &'static str| -> PyResult<String> { get(name)?.extract() };
     if kind.is(classes.ref_update.bind(py)) {
         let attrs = get("attrs")?;
         Ok(In::Ref(RefUpdate {
@@ -254,6 +295,16 @@ struct Answer {
     decision: Option<PairMark>,
 }
 
+/// The answers a content owes (by index into `Work::answers`), each with the fact tokens to send the sender when
+/// the sender is to flag the pair.
+type Owed = Vec<(usize, Option<Rc<Vec<String>>>)>;
+
+/// What a batch writes, ``(key, value or None)``, and the messages and outputs it emits.
+type Applied<'py> = (
+    Vec<(String, Option<Bound<'py, PyBytes>>)>,
+    Vec<Bound<'py, PyAny>>,
+);
+
 struct LateEdge {
     jaccard: f64,
     info: Info,
@@ -297,7 +348,7 @@ impl Work {
             answers: Vec::new(),
             asked_while_dead: Vec::new(),
             conflicts: Vec::new(),
-            new_neighbors: HashSet::new(),
+            new_neighbors: HashSet::default(),
             late_edges: BTreeMap::new(),
             strangers: BTreeSet::new(),
         }
@@ -309,7 +360,6 @@ struct SourceEntry<'a> {
     r: &'a Ref,
     content_hash: &'a str,
 }
-
 
 // ---------------------------------------------------------------------------------------------------------------
 // The stage.
@@ -365,13 +415,23 @@ impl<'a, 'py> Batch<'a, 'py> {
         self.out.push(obj);
     }
 
-    fn output(&mut self, topic: &str, key: &str, value: Option<Bound<'py, PyDict>>) -> PyResult<()> {
+    fn output(
+        &mut self,
+        topic: &str,
+        key: &str,
+        value: Option<Bound<'py, PyDict>>,
+    ) -> PyResult<()> {
         let py = self.py;
         let value = match value {
             Some(v) => v.into_any(),
             None => py.None().into_bound(py),
         };
-        let obj = self.make.classes.output.bind(py).call1((topic, key, value))?;
+        let obj = self
+            .make
+            .classes
+            .output
+            .bind(py)
+            .call1((topic, key, value))?;
         self.emit(obj);
         Ok(())
     }
@@ -405,11 +465,11 @@ impl<'a, 'py> Batch<'a, 'py> {
         Ok(())
     }
 
-    fn get_ref(&mut self, key: &str) -> PyResult<Option<RefEntry>> {
+    fn get_ref(&mut self, key: &str) -> PyResult<Option<&RefEntry>> {
         if !self.refs.contains_key(key) {
             self.prefetch_refs(vec![key.to_owned()])?;
         }
-        Ok(self.refs[key].clone())
+        Ok(self.refs[key].as_ref())
     }
 
     fn put_ref(&mut self, key: String, entry: RefEntry) {
@@ -501,7 +561,7 @@ impl<'a, 'py> Batch<'a, 'py> {
 
     fn apply_ref(&mut self, work: &mut Work, message: &RefUpdate) -> PyResult<bool> {
         let key = ref_key(&work.key, &message.source_id);
-        let entry = self.get_ref(&key)?;
+        let entry = self.get_ref(&key)?.cloned();
         if !message.texts.is_empty() && !work.record.has_text {
             self.set_texts(work, &message.texts[0], &message.norm)?;
         }
@@ -613,7 +673,8 @@ impl<'a, 'py> Batch<'a, 'py> {
     fn ensure_top(&mut self, work: &mut Work) -> PyResult<()> {
         let record = &work.record;
         if work.refill
-            || record.top.len() as i64 != (self.params.max_chunk_sources as i64).min(record.positions)
+            || record.top.len() as i64
+                != (self.params.max_chunk_sources as i64).min(record.positions)
         {
             self.refill(work)?;
         }
@@ -661,7 +722,7 @@ fn decode_ref(raw: &[u8], key: &str) -> PyResult<RefEntry> {
 fn count(record: &mut ContentRecord, entry: &RefEntry, sign: i64) {
     record.positions += sign * entry.positions.len() as i64;
     let Some(attrs) = &entry.attrs else { return };
-    let mut seen: HashSet<&str> = HashSet::new();
+    let mut seen: HashSet<&str> = HashSet::default();
     for principal in &attrs.acl {
         if !seen.insert(principal) {
             continue;
@@ -708,7 +769,11 @@ fn settled(mark: Option<&PairMark>, kind: Option<&str>) -> bool {
 
 impl<'a, 'py> Batch<'a, 'py> {
     /// `Discovery.start`: join the bands of texts that came alive in this batch.
-    fn start(&mut self, works: &mut IndexMap<String, Work>, born: &[String]) -> PyResult<()> {
+    fn start(
+        &mut self,
+        works: &mut IndexMap<String, Work, rustc_hash::FxBuildHasher>,
+        born: &[String],
+    ) -> PyResult<()> {
         let mut norms = Vec::with_capacity(born.len());
         for key in born {
             let work = works.get_mut(key).expect("born works exist");
@@ -784,7 +849,10 @@ impl<'a, 'py> Batch<'a, 'py> {
         let counts = std::mem::take(&mut record.candidates);
         let mut known: HashSet<&str> = record.checked.iter().map(String::as_str).collect();
         known.extend(record.neighbors.keys().map(|h| content_id(h)));
-        let mut fresh: Vec<&String> = counts.keys().filter(|h| !known.contains(h.as_str())).collect();
+        let mut fresh: Vec<&String> = counts
+            .keys()
+            .filter(|h| !known.contains(h.as_str()))
+            .collect();
         let limit = self.params.max_candidates;
         if fresh.len() > limit {
             fresh.sort_by(|a, b| counts[*b].cmp(&counts[*a]).then_with(|| a.cmp(b)));
@@ -800,7 +868,8 @@ impl<'a, 'py> Batch<'a, 'py> {
     }
 
     fn on_verify_request(&mut self, work: &mut Work, message: &VerifyRequest) -> PyResult<()> {
-        let decision = self.take_decision(work, &message.sender, message.decision.as_ref(), false)?;
+        let decision =
+            self.take_decision(work, &message.sender, message.decision.as_ref(), false)?;
         if !work.record.alive {
             work.asked_while_dead.push(message.clone());
             return Ok(());
@@ -839,7 +908,13 @@ impl<'a, 'py> Batch<'a, 'py> {
             }
         };
         if edge {
-            self.remember(work, &message.sender, similarity, &message.info, message.report.as_ref());
+            self.remember(
+                work,
+                &message.sender,
+                similarity,
+                &message.info,
+                message.report.as_ref(),
+            );
             work.new_neighbors.insert(message.sender.clone());
         } else if decision.is_some() {
             forget(work, &message.sender, Some(message.info.seq));
@@ -856,7 +931,8 @@ impl<'a, 'py> Batch<'a, 'py> {
     }
 
     fn on_verify_result(&mut self, work: &mut Work, message: &VerifyResult) -> PyResult<()> {
-        let decision = self.take_decision(work, &message.sender, message.decision.as_ref(), false)?;
+        let decision =
+            self.take_decision(work, &message.sender, message.decision.as_ref(), false)?;
         let stale = match &decision {
             Some(d) => match &message.decision {
                 None => true,
@@ -887,7 +963,13 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         if message.edge {
             if work.record.alive {
-                self.remember(work, &message.sender, message.jaccard, &message.info, message.report.as_ref());
+                self.remember(
+                    work,
+                    &message.sender,
+                    message.jaccard,
+                    &message.info,
+                    message.report.as_ref(),
+                );
             } else {
                 work.late_edges.insert(
                     message.sender.clone(),
@@ -919,9 +1001,7 @@ impl<'a, 'py> Batch<'a, 'py> {
                 return Ok(held);
             }
         }
-        work.record
-            .decisions
-            .insert(other.to_owned(), mark.clone());
+        work.record.decisions.insert(other.to_owned(), mark.clone());
         if matches!(&work.record.conflict, Some(c) if c.content_hash == other) {
             work.record.conflict = None;
         }
@@ -934,7 +1014,11 @@ impl<'a, 'py> Batch<'a, 'py> {
             return Ok(Some(mark.clone()));
         }
         if mark.kind == "merge" {
-            let entry_readers = work.record.neighbors.get(other).map(|e| e.info.readers.clone());
+            let entry_readers = work
+                .record
+                .neighbors
+                .get(other)
+                .map(|e| e.info.readers.clone());
             let flagged_at = work.record.flagged.iter().position(|h| h == other);
             match (flagged_at, entry_readers) {
                 (Some(at), Some(their_readers)) => {
@@ -1024,7 +1108,9 @@ impl<'a, 'py> Batch<'a, 'py> {
         entry.info = message.info.clone();
         match &message.report {
             Some(report) if message.info.target == work.key => {
-                record.members.insert(message.sender.clone(), report.clone());
+                record
+                    .members
+                    .insert(message.sender.clone(), report.clone());
             }
             _ => {
                 record.members.shift_remove(&message.sender);
@@ -1072,7 +1158,7 @@ impl<'a, 'py> Batch<'a, 'py> {
     }
 
     /// `Discovery.answers`: the answers owed, each with the fact tokens to send when the sender is to flag.
-    fn answers(&mut self, work: &mut Work, rank: &Rank) -> PyResult<Vec<(usize, Option<Rc<Vec<String>>>)>> {
+    fn answers(&mut self, work: &mut Work, rank: &Rank) -> PyResult<Owed> {
         let mut owed = Vec::with_capacity(work.answers.len());
         for i in 0..work.answers.len() {
             let mut facts_for_them = None;
@@ -1140,12 +1226,18 @@ impl<'a, 'py> Batch<'a, 'py> {
             .extract()?;
         let py = self.py;
         let a = PyDict::new(py);
-        a.set_item("content_hash", &work.key)?;
-        a.set_item("text", &work.record.text)?;
+        a.set_item(pyo3::intern!(py, "content_hash"), &work.key)?;
+        a.set_item(pyo3::intern!(py, "text"), &work.record.text)?;
         let b = PyDict::new(py);
-        b.set_item("content_hash", &best.content_hash)?;
-        b.set_item("text", &best.text)?;
-        let value = self.review("fact_conflict", (&work.key, a), (&best.content_hash, b), best.jaccard, &detail)?;
+        b.set_item(pyo3::intern!(py, "content_hash"), &best.content_hash)?;
+        b.set_item(pyo3::intern!(py, "text"), &best.text)?;
+        let value = self.review(
+            "fact_conflict",
+            (&work.key, a),
+            (&best.content_hash, b),
+            best.jaccard,
+            &detail,
+        )?;
         let key = review_key(&work.key, &best.content_hash);
         self.output("review", &key, Some(value))
     }
@@ -1189,7 +1281,11 @@ impl<'a, 'py> Batch<'a, 'py> {
             Some(f) => PyTuple::new(py, f.iter())?.into_any(),
             None => py.None().into_bound(py),
         };
-        let text = if facts.is_none() { "" } else { work.record.text.as_str() };
+        let text = if facts.is_none() {
+            ""
+        } else {
+            work.record.text.as_str()
+        };
         let decision = self.make.mark(&answer.decision)?;
         let report = self.make.report(&report.cloned())?;
         self.make.classes.verify_result.bind(py).call1((
@@ -1211,7 +1307,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         work: &mut Work,
         info: &Bound<'py, PyAny>,
         report: Option<&MemberReport>,
-        owed: Vec<(usize, Option<Rc<Vec<String>>>)>,
+        owed: Owed,
     ) -> PyResult<()> {
         let target = if report.is_some() {
             work.record.target.clone()
@@ -1240,7 +1336,7 @@ impl<'a, 'py> Batch<'a, 'py> {
                 work.decided_verify.push(other);
             }
         }
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let decided: Vec<String> = work
             .decided_verify
             .iter()
@@ -1260,7 +1356,11 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         for (i, facts) in owed {
             let answer = &work.answers[i];
-            let theirs = if answer.sender == target { report } else { None };
+            let theirs = if answer.sender == target {
+                report
+            } else {
+                None
+            };
             let obj = self.answer_result(work, answer, info, facts.as_ref(), theirs)?;
             self.emit(obj);
         }
@@ -1353,7 +1453,12 @@ impl<'a, 'py> Batch<'a, 'py> {
     fn timestamp(&self, micros: i64) -> PyResult<String> {
         match format_timestamp(micros) {
             Some(text) => Ok(text),
-            None => self.helpers.format_timestamp.bind(self.py).call1((micros,))?.extract(),
+            None => self
+                .helpers
+                .format_timestamp
+                .bind(self.py)
+                .call1((micros,))?
+                .extract(),
         }
     }
 
@@ -1366,18 +1471,18 @@ impl<'a, 'py> Batch<'a, 'py> {
     ) -> PyResult<Bound<'py, PyDict>> {
         let py = self.py;
         let d = PyDict::new(py);
-        d.set_item("schema", AUDIT_SCHEMA)?;
-        d.set_item("chunk_id", chunk_id)?;
-        d.set_item("action", action)?;
-        d.set_item("reason", reason)?;
+        d.set_item(pyo3::intern!(py, "schema"), AUDIT_SCHEMA)?;
+        d.set_item(pyo3::intern!(py, "chunk_id"), chunk_id)?;
+        d.set_item(pyo3::intern!(py, "action"), action)?;
+        d.set_item(pyo3::intern!(py, "reason"), reason)?;
         for (name, value) in detail {
             match value {
                 Detail::Str(s) => d.set_item(*name, s)?,
                 Detail::Float(f) => d.set_item(*name, *f)?,
                 Detail::Position(source_id, position) => {
                     let moved = PyDict::new(py);
-                    moved.set_item("source_id", source_id)?;
-                    moved.set_item("position", *position)?;
+                    moved.set_item(pyo3::intern!(py, "source_id"), source_id)?;
+                    moved.set_item(pyo3::intern!(py, "position"), *position)?;
                     d.set_item(*name, moved)?;
                 }
             }
@@ -1394,19 +1499,24 @@ impl<'a, 'py> Batch<'a, 'py> {
         detail: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
         let (a, b) = if a.0 > b.0 { (b, a) } else { (a, b) };
-        let d = PyDict::new(self.py);
-        d.set_item("schema", REVIEW_SCHEMA)?;
-        d.set_item("reason", reason)?;
-        d.set_item("a", a.1)?;
-        d.set_item("b", b.1)?;
-        d.set_item("jaccard", round6(jaccard))?;
-        d.set_item("detail", detail)?;
+        let py = self.py;
+        let d = PyDict::new(py);
+        d.set_item(pyo3::intern!(py, "schema"), REVIEW_SCHEMA)?;
+        d.set_item(pyo3::intern!(py, "reason"), reason)?;
+        d.set_item(pyo3::intern!(py, "a"), a.1)?;
+        d.set_item(pyo3::intern!(py, "b"), b.1)?;
+        d.set_item(pyo3::intern!(py, "jaccard"), round6(jaccard))?;
+        d.set_item(pyo3::intern!(py, "detail"), detail)?;
         Ok(d)
     }
 
     /// `records.chunk_value`: the chunk's value without its revision, as a Python dict, and the digest of its
     /// MessagePack encoding (what `_emit_chunk` compares).
-    fn chunk(&mut self, work: &Work, readers: &[String]) -> PyResult<(String, Option<Bound<'py, PyDict>>)> {
+    fn chunk(
+        &mut self,
+        work: &Work,
+        readers: &[String],
+    ) -> PyResult<(String, Option<Bound<'py, PyDict>>)> {
         let record = &work.record;
         let key = work.key.as_str();
         let policy = self.policy;
@@ -1425,18 +1535,33 @@ impl<'a, 'py> Batch<'a, 'py> {
         let mut candidates: Vec<SourceEntry> = record
             .top
             .iter()
-            .map(|r| SourceEntry { r, content_hash: key })
+            .map(|r| SourceEntry {
+                r,
+                content_hash: key,
+            })
             .collect();
         if !listed.is_empty() {
             for (h, report) in &listed {
-                candidates.extend(report.refs.iter().map(|r| SourceEntry { r, content_hash: h }));
+                candidates.extend(
+                    report
+                        .refs
+                        .iter()
+                        .map(|r| SourceEntry { r, content_hash: h }),
+                );
             }
             candidates.sort_by(|a, b| self.ref_cmp(a.r, b.r));
         }
         candidates.truncate(max_sources);
         let first = &record.top[0];
-        let text = if first.text.is_empty() { &record.text } else { &first.text };
-        let canonical = record.canonical_ref.as_ref().expect("a canonical has its position");
+        let text = if first.text.is_empty() {
+            &record.text
+        } else {
+            &first.text
+        };
+        let canonical = record
+            .canonical_ref
+            .as_ref()
+            .expect("a canonical has its position");
         let member_count = 1 + record.members.len() as i64;
         let source_count = record.positions + record.members.values().map(|r| r.count).sum::<i64>();
         let mut timestamps = Vec::with_capacity(candidates.len());
@@ -1489,7 +1614,8 @@ impl<'a, 'py> Batch<'a, 'py> {
             let attrs = &c.r.attrs;
             let mut acl = attrs.acl.clone();
             acl.sort();
-            let fields = 7 + usize::from(attrs.title.is_some()) + usize::from(attrs.metadata.is_some());
+            let fields =
+                7 + usize::from(attrs.title.is_some()) + usize::from(attrs.metadata.is_some());
             w.map(fields);
             w.str("source_id");
             w.str(&c.r.source_id);
@@ -1533,51 +1659,54 @@ impl<'a, 'py> Batch<'a, 'py> {
 
         let py = self.py;
         let d = PyDict::new(py);
-        d.set_item("schema", CHUNK_SCHEMA)?;
-        d.set_item("chunk_id", key)?;
-        d.set_item("text", text)?;
-        d.set_item("content_hash", key)?;
+        d.set_item(pyo3::intern!(py, "schema"), CHUNK_SCHEMA)?;
+        d.set_item(pyo3::intern!(py, "chunk_id"), key)?;
+        d.set_item(pyo3::intern!(py, "text"), text)?;
+        d.set_item(pyo3::intern!(py, "content_hash"), key)?;
         let at = PyDict::new(py);
-        at.set_item("source_id", &canonical.0)?;
-        at.set_item("position", canonical.1)?;
-        d.set_item("canonical", at)?;
-        d.set_item("acl", PyList::new(py, readers)?)?;
+        at.set_item(pyo3::intern!(py, "source_id"), &canonical.0)?;
+        at.set_item(pyo3::intern!(py, "position"), canonical.1)?;
+        d.set_item(pyo3::intern!(py, "canonical"), at)?;
+        d.set_item(pyo3::intern!(py, "acl"), PyList::new(py, readers)?)?;
         let members = PyList::empty(py);
         let own = PyDict::new(py);
-        own.set_item("content_hash", key)?;
-        own.set_item("relation", "canonical")?;
-        own.set_item("jaccard", 1.0)?;
+        own.set_item(pyo3::intern!(py, "content_hash"), key)?;
+        own.set_item(pyo3::intern!(py, "relation"), "canonical")?;
+        own.set_item(pyo3::intern!(py, "jaccard"), 1.0)?;
         members.append(own)?;
         for (h, report) in &listed {
             let m = PyDict::new(py);
-            m.set_item("content_hash", h)?;
-            m.set_item("relation", "near")?;
-            m.set_item("jaccard", round6(report.jaccard))?;
+            m.set_item(pyo3::intern!(py, "content_hash"), h)?;
+            m.set_item(pyo3::intern!(py, "relation"), "near")?;
+            m.set_item(pyo3::intern!(py, "jaccard"), round6(report.jaccard))?;
             members.append(m)?;
         }
-        d.set_item("members", members)?;
-        d.set_item("member_count", member_count)?;
+        d.set_item(pyo3::intern!(py, "members"), members)?;
+        d.set_item(pyo3::intern!(py, "member_count"), member_count)?;
         let sources = PyList::empty(py);
         for ((c, stamp), acl) in candidates.iter().zip(&timestamps).zip(acls) {
             let attrs = &c.r.attrs;
             let s = PyDict::new(py);
-            s.set_item("source_id", &c.r.source_id)?;
-            s.set_item("position", c.r.position)?;
-            s.set_item("content_hash", c.content_hash)?;
-            s.set_item("acl", PyList::new(py, acl)?)?;
-            s.set_item("modified_at", stamp)?;
-            s.set_item("authority", attrs.authority)?;
-            s.set_item("uri", &attrs.uri)?;
+            s.set_item(pyo3::intern!(py, "source_id"), &c.r.source_id)?;
+            s.set_item(pyo3::intern!(py, "position"), c.r.position)?;
+            s.set_item(pyo3::intern!(py, "content_hash"), c.content_hash)?;
+            s.set_item(pyo3::intern!(py, "acl"), PyList::new(py, acl)?)?;
+            s.set_item(pyo3::intern!(py, "modified_at"), stamp)?;
+            s.set_item(pyo3::intern!(py, "authority"), attrs.authority)?;
+            s.set_item(pyo3::intern!(py, "uri"), &attrs.uri)?;
             if let Some(title) = &attrs.title {
-                s.set_item("title", title)?;
+                s.set_item(pyo3::intern!(py, "title"), title)?;
             }
             if let Some(metadata) = &attrs.metadata {
-                s.set_item("metadata", py::value_to_py(py, metadata)?)?;
+                s.set_item(
+                    pyo3::intern!(py, "metadata"),
+                    py::value_to_py(py, metadata)?,
+                )?;
             }
             sources.append(s)?;
         }
-        d.set_item("sources", sources)?;
-        d.set_item("source_count", source_count)?;
+        d.set_item(pyo3::intern!(py, "sources"), sources)?;
+        d.set_item(pyo3::intern!(py, "source_count"), source_count)?;
         Ok((digest, Some(d)))
     }
 }
@@ -1604,7 +1733,11 @@ impl<'a, 'py> Batch<'a, 'py> {
                 .map(|a| (a.sender.clone(), a.epoch, a.decision.clone()))
                 .collect();
             unanswered.extend(work.asked_while_dead.iter().map(|m| {
-                (m.sender.clone(), m.epoch, work.record.decisions.get(&m.sender).cloned())
+                (
+                    m.sender.clone(),
+                    m.epoch,
+                    work.record.decisions.get(&m.sender).cloned(),
+                )
             }));
             for (sender, epoch, decision) in unanswered {
                 let decision = self.make.mark(&decision)?;
@@ -1645,15 +1778,28 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         work.asked_while_dead.clear();
         self.ensure_top(work)?;
-        let first = work.record.top[0].clone();
-        let rank = rank_of(&work.key, work.record.length, &first.source_id, &first.attrs);
+        let first = {
+            let top = &work.record.top[0];
+            Ref {
+                source_id: top.source_id.clone(),
+                position: top.position,
+                attrs: top.attrs.clone(),
+                text: String::new(),
+            }
+        };
+        let rank = rank_of(
+            &work.key,
+            work.record.length,
+            &first.source_id,
+            &first.attrs,
+        );
         let readers = readers(&work.record);
         let owed = self.answers(work, &rank)?;
         if !work.record.candidates.is_empty() && work.record.pending_bands.is_empty() {
             self.choose_candidates(work);
         }
         let asking: HashSet<String> = work.to_verify.iter().cloned().collect();
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         work.decided_verify = work
             .decided_verify
             .iter()
@@ -1679,10 +1825,13 @@ impl<'a, 'py> Batch<'a, 'py> {
             self.decide(work, &rank, &readers)?;
         }
         let record = &mut work.record;
-        let canonical_ref = (record.role == Role::Canonical)
-            .then(|| (first.source_id.clone(), first.position));
+        let canonical_ref =
+            (record.role == Role::Canonical).then(|| (first.source_id.clone(), first.position));
         record.canonical_ref = canonical_ref.clone();
-        if canonical_ref.is_some() && work.was_role == Role::Canonical && work.was_ref != canonical_ref {
+        if canonical_ref.is_some()
+            && work.was_role == Role::Canonical
+            && work.was_ref != canonical_ref
+        {
             let before = work.was_ref.clone();
             self.source_swap(work, before, &first)?;
         }
@@ -1721,7 +1870,14 @@ impl<'a, 'py> Batch<'a, 'py> {
             info.seq = record.seq;
         }
         let info_obj = self.make.info(&info)?;
-        self.tell_neighbors(work, info, &info_obj, report.clone(), info_changed, report_changed)?;
+        self.tell_neighbors(
+            work,
+            info,
+            &info_obj,
+            report.clone(),
+            info_changed,
+            report_changed,
+        )?;
         self.tell_sources(work, status, status_changed)?;
         self.emit_chunk(work, &readers)?;
         self.ask_and_answer(work, &info_obj, report.as_ref(), owed)
@@ -1756,7 +1912,11 @@ impl<'a, 'py> Batch<'a, 'py> {
         };
         let info_obj = self.make.info(info)?;
         for answer in &work.answers {
-            let theirs = if answer.sender == target { report.as_ref() } else { None };
+            let theirs = if answer.sender == target {
+                report.as_ref()
+            } else {
+                None
+            };
             let obj = self.answer_result(work, answer, &info_obj, None, theirs)?;
             self.emit(obj);
         }
@@ -1785,13 +1945,17 @@ impl<'a, 'py> Batch<'a, 'py> {
         let none = self.py.None().into_bound(self.py);
         for other in told {
             if work.record.neighbors.contains_key(&other) {
-                let theirs = if other == work.record.target { &report_obj } else { &none };
-                let obj = self.make.classes.neighbor_update.bind(self.py).call1((
-                    &other,
-                    &work.key,
-                    info_obj,
-                    theirs,
-                ))?;
+                let theirs = if other == work.record.target {
+                    &report_obj
+                } else {
+                    &none
+                };
+                let obj = self
+                    .make
+                    .classes
+                    .neighbor_update
+                    .bind(self.py)
+                    .call1((&other, &work.key, info_obj, theirs))?;
                 self.emit(obj);
             }
         }
@@ -1800,11 +1964,17 @@ impl<'a, 'py> Batch<'a, 'py> {
         Ok(())
     }
 
-    fn source_swap(&mut self, work: &mut Work, before: Option<Position>, after: &Ref) -> PyResult<()> {
+    fn source_swap(
+        &mut self,
+        work: &mut Work,
+        before: Option<Position>,
+        after: &Ref,
+    ) -> PyResult<()> {
         let key = work.key.clone();
         let reason = match &before {
             None => "canonical source removed",
             Some((source_id, position)) => {
+                let policy = self.policy;
                 let entry = self.get_ref(&ref_key(&key, source_id))?;
                 match entry {
                     Some(RefEntry {
@@ -1813,7 +1983,7 @@ impl<'a, 'py> Batch<'a, 'py> {
                         ..
                     }) if positions.contains(position) => {
                         let new = &after.attrs;
-                        self.policy.reason(
+                        policy.reason(
                             &Rank {
                                 authority: new.authority,
                                 modified_at: new.modified_at,
@@ -1887,11 +2057,14 @@ impl<'a, 'py> Batch<'a, 'py> {
             let entry = &work.record.neighbors[other];
             let py = self.py;
             let a = PyDict::new(py);
-            a.set_item("content_hash", &key)?;
-            a.set_item("acl", PyList::new(py, readers)?)?;
+            a.set_item(pyo3::intern!(py, "content_hash"), &key)?;
+            a.set_item(pyo3::intern!(py, "acl"), PyList::new(py, readers)?)?;
             let b = PyDict::new(py);
-            b.set_item("content_hash", other)?;
-            b.set_item("acl", PyList::new(py, &entry.info.readers)?)?;
+            b.set_item(pyo3::intern!(py, "content_hash"), other)?;
+            b.set_item(
+                pyo3::intern!(py, "acl"),
+                PyList::new(py, &entry.info.readers)?,
+            )?;
             let jaccard = entry.jaccard;
             let value = self.review(
                 "acl_boundary",
@@ -1952,7 +2125,11 @@ impl<'a, 'py> Batch<'a, 'py> {
                         Some(&target),
                         "swap",
                         reason,
-                        &[("previous_chunk_id", Detail::Str(key.clone())), (n1, d1), (n2, d2)],
+                        &[
+                            ("previous_chunk_id", Detail::Str(key.clone())),
+                            (n1, d1),
+                            (n2, d2),
+                        ],
                     )?;
                     self.output("audit", &target, Some(value))?;
                 }
@@ -1965,7 +2142,12 @@ impl<'a, 'py> Batch<'a, 'py> {
         Ok(())
     }
 
-    fn tell_sources(&mut self, work: &mut Work, status: ChunkStatus, changed: bool) -> PyResult<()> {
+    fn tell_sources(
+        &mut self,
+        work: &mut Work,
+        status: ChunkStatus,
+        changed: bool,
+    ) -> PyResult<()> {
         let previous = work.record.sent_status.replace(status.clone());
         if status.chunk_id.is_empty() {
             return Ok(());
@@ -1979,11 +2161,16 @@ impl<'a, 'py> Batch<'a, 'py> {
             };
         if new_chunk {
             if work.record.top.len() as i64 == work.record.positions {
-                let listed: BTreeSet<String> =
-                    work.record.top.iter().map(|t| t.source_id.clone()).collect();
+                let listed: BTreeSet<String> = work
+                    .record
+                    .top
+                    .iter()
+                    .map(|t| t.source_id.clone())
+                    .collect();
                 for s in listed {
-                    if let Some(e) = self.get_ref(&ref_key(&key, &s))? {
-                        live.insert(s, e.version);
+                    let version = self.get_ref(&ref_key(&key, &s))?.map(|e| e.version);
+                    if let Some(version) = version {
+                        live.insert(s, version);
                     }
                 }
             } else {
@@ -1995,16 +2182,21 @@ impl<'a, 'py> Batch<'a, 'py> {
             let mut wanted: BTreeSet<String> = work.answer_sources.clone();
             if changed {
                 if let Some(p) = &previous {
-                    for r in [&p.canonical_ref, &status.canonical_ref].into_iter().flatten() {
+                    for r in [&p.canonical_ref, &status.canonical_ref]
+                        .into_iter()
+                        .flatten()
+                    {
                         wanted.insert(r.0.clone());
                     }
                 }
             }
             for s in wanted {
-                if let Some(e) = self.get_ref(&ref_key(&key, &s))? {
-                    if !e.positions.is_empty() {
-                        live.insert(s, e.version);
-                    }
+                let version = self
+                    .get_ref(&ref_key(&key, &s))?
+                    .filter(|e| !e.positions.is_empty())
+                    .map(|e| e.version);
+                if let Some(version) = version {
+                    live.insert(s, version);
                 }
             }
         }
@@ -2012,7 +2204,14 @@ impl<'a, 'py> Batch<'a, 'py> {
         let relation = if status.near { "near" } else { "canonical" };
         for (source_id, version) in live {
             let canonical_ref = match &status.canonical_ref {
-                Some((s, p)) => PyTuple::new(py, [s.into_pyobject(py)?.into_any(), p.into_pyobject(py)?.into_any()])?.into_any(),
+                Some((s, p)) => PyTuple::new(
+                    py,
+                    [
+                        s.into_pyobject(py)?.into_any(),
+                        p.into_pyobject(py)?.into_any(),
+                    ],
+                )?
+                .into_any(),
                 None => py.None().into_bound(py),
             };
             let obj = self.make.classes.content_status.bind(py).call1((
@@ -2043,7 +2242,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         let Some(value) = value else { return Ok(()) };
         work.record.record_digest = digest;
         work.record.revision += 1;
-        value.set_item("revision", work.record.revision)?;
+        value.set_item(pyo3::intern!(self.py, "revision"), work.record.revision)?;
         self.output("canonical-chunks", &key, Some(value))
     }
 
@@ -2082,7 +2281,13 @@ impl<'a, 'py> Batch<'a, 'py> {
         let py = self.py;
         let mut sent = Vec::with_capacity(others.len());
         for other in others {
-            sent.push(self.make.classes.neighbor_update.bind(py).call1((other, &key, &dead_obj))?);
+            sent.push(
+                self.make
+                    .classes
+                    .neighbor_update
+                    .bind(py)
+                    .call1((other, &key, &dead_obj))?,
+            );
         }
         for obj in sent {
             self.emit(obj);
@@ -2174,7 +2379,7 @@ struct Ids {
 
 impl<'a, 'py> Batch<'a, 'py> {
     fn prefetch_ids(&mut self, ids: &mut Ids, keys: Vec<String>) -> PyResult<()> {
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         let wanted: Vec<String> = keys
             .into_iter()
             .filter(|k| !ids.cache.contains_key(k) && seen.insert(k.clone()))
@@ -2216,7 +2421,11 @@ impl<'a, 'py> Batch<'a, 'py> {
                 resolved.push(message);
                 continue;
             }
-            let found = ids.cache.get(&id_key(&request.content_hash)).cloned().flatten();
+            let found = ids
+                .cache
+                .get(&id_key(&request.content_hash))
+                .cloned()
+                .flatten();
             let found = match found {
                 Some(f) if !f.hashes.is_empty() => f,
                 _ => {
@@ -2275,7 +2484,12 @@ impl<'a, 'py> Batch<'a, 'py> {
     }
 
     /// `ContentStage._index`.
-    fn index(&mut self, works: &IndexMap<String, Work>, keys: &[String], ids: &mut Ids) -> PyResult<()> {
+    fn index(
+        &mut self,
+        works: &IndexMap<String, Work, rustc_hash::FxBuildHasher>,
+        keys: &[String],
+        ids: &mut Ids,
+    ) -> PyResult<()> {
         let pairs: Vec<(String, &Work)> = keys
             .iter()
             .map(|k| (id_key(content_id(k)), &works[k]))
@@ -2289,7 +2503,9 @@ impl<'a, 'py> Batch<'a, 'py> {
                 .get_or_insert_with(ContentIds::default);
             if entry.sketches.len() < entry.hashes.len() {
                 let missing = entry.hashes.len() - entry.sketches.len();
-                entry.sketches.extend(std::iter::repeat_n(Vec::new(), missing));
+                entry
+                    .sketches
+                    .extend(std::iter::repeat_n(Vec::new(), missing));
             }
             match entry.hashes.iter().position(|h| *h == work.key) {
                 None => {
@@ -2309,7 +2525,7 @@ impl<'a, 'py> Batch<'a, 'py> {
 
     fn run(&mut self, messages: Vec<In>) -> PyResult<Vec<(String, Option<Vec<u8>>)>> {
         let mut ids = Ids {
-            cache: HashMap::new(),
+            cache: HashMap::default(),
             dirty: BTreeSet::new(),
         };
         let messages = if messages.iter().any(by_id) {
@@ -2319,14 +2535,15 @@ impl<'a, 'py> Batch<'a, 'py> {
         };
         // The records of the batch's contents, and the refs that change with those of the canonical positions.
         let mut keys: Vec<String> = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen = HashSet::default();
         for m in &messages {
             if seen.insert(m.key()) {
                 keys.push(m.key().to_owned());
             }
         }
         let raws = self.read_many(&keys)?;
-        let mut records: HashMap<String, ContentRecord> = HashMap::with_capacity(keys.len());
+        let mut records: HashMap<String, ContentRecord> =
+            HashMap::with_capacity_and_hasher(keys.len(), Default::default());
         for (key, raw) in keys.into_iter().zip(raws) {
             if let Some(raw) = raw {
                 let mut r = MpReader::new(&raw);
@@ -2337,7 +2554,7 @@ impl<'a, 'py> Batch<'a, 'py> {
             }
         }
         let mut wanted: Vec<String> = Vec::new();
-        let mut seen_refs = HashSet::new();
+        let mut seen_refs = HashSet::default();
         for m in &messages {
             if let In::Ref(u) = m {
                 let k = ref_key(&u.content_hash, &u.source_id);
@@ -2348,7 +2565,9 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         for m in &messages {
             if let In::Ref(u) = m {
-                if let Some(Some((source_id, _))) = records.get(&u.content_hash).map(|r| &r.canonical_ref) {
+                if let Some(Some((source_id, _))) =
+                    records.get(&u.content_hash).map(|r| &r.canonical_ref)
+                {
                     let k = ref_key(&u.content_hash, source_id);
                     if seen_refs.insert(k.clone()) {
                         wanted.push(k);
@@ -2358,9 +2577,9 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         self.prefetch_refs(wanted)?;
 
-        let mut works: IndexMap<String, Work> = IndexMap::new();
-        let mut existed: HashSet<String> = HashSet::new();
-        let mut only_asked: HashSet<String> = HashSet::new();
+        let mut works: IndexMap<String, Work, rustc_hash::FxBuildHasher> = IndexMap::default();
+        let mut existed: HashSet<String> = HashSet::default();
+        let mut only_asked: HashSet<String> = HashSet::default();
         for message in &messages {
             let key = message.key();
             let is_request = matches!(message, In::Verify(_));
@@ -2510,7 +2729,7 @@ impl ContentKernel {
         messages: Vec<Bound<'py, PyAny>>,
         read: Bound<'py, PyAny>,
         scan: Bound<'py, PyAny>,
-    ) -> PyResult<(Vec<(String, Option<Bound<'py, PyBytes>>)>, Vec<Bound<'py, PyAny>>)> {
+    ) -> PyResult<Applied<'py>> {
         let mut reader = py::Reader::default();
         let parsed = messages
             .iter()
@@ -2525,10 +2744,10 @@ impl ContentKernel {
             read: &read,
             scan: &scan,
             out: Vec::new(),
-            refs: HashMap::new(),
+            refs: HashMap::default(),
             refs_dirty: BTreeSet::new(),
-            shingles: HashMap::new(),
-            facts: HashMap::new(),
+            shingles: HashMap::default(),
+            facts: HashMap::default(),
         };
         let writes = batch.run(parsed)?;
         let writes = writes

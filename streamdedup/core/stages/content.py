@@ -109,7 +109,7 @@ class ContentStage:
                 state.delete(key)
             else:
                 state.put(key, raw)
-        return out  # type: ignore[no-any-return]
+        return out
 
 
 class ContentStageInPython:
