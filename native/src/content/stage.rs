@@ -313,7 +313,9 @@ struct LateEdge {
 
 struct Work {
     key: String,
-    record: ContentRecord,
+    // Boxed, as are the works of a batch: a batch's tables then hold pointers, and its records come from the
+    // allocator's reused blocks, not from fresh pages that the system must clear for every batch.
+    record: Box<ContentRecord>,
     norm: Option<String>,
     was_role: Role,
     was_target: String,
@@ -332,7 +334,7 @@ struct Work {
 }
 
 impl Work {
-    fn new(key: String, record: ContentRecord) -> Self {
+    fn new(key: String, record: Box<ContentRecord>) -> Self {
         Work {
             was_role: record.role,
             was_target: record.target.clone(),
@@ -771,7 +773,7 @@ impl<'a, 'py> Batch<'a, 'py> {
     /// `Discovery.start`: join the bands of texts that came alive in this batch.
     fn start(
         &mut self,
-        works: &mut IndexMap<String, Work, rustc_hash::FxBuildHasher>,
+        works: &mut IndexMap<String, Box<Work>, rustc_hash::FxBuildHasher>,
         born: &[String],
     ) -> PyResult<()> {
         let mut norms = Vec::with_capacity(born.len());
@@ -2293,7 +2295,7 @@ impl<'a, 'py> Batch<'a, 'py> {
             self.emit(obj);
         }
         let old = std::mem::take(&mut work.record);
-        work.record = ContentRecord {
+        work.record = Box::new(ContentRecord {
             seq: old.seq,
             epoch: old.epoch,
             revision: old.revision,
@@ -2306,7 +2308,7 @@ impl<'a, 'py> Batch<'a, 'py> {
             role: Role::Dead,
             sent_info: Some(dead),
             ..ContentRecord::default()
-        };
+        });
         work.born = false;
         work.was_role = Role::Dead;
         work.was_target = String::new();
@@ -2486,13 +2488,13 @@ impl<'a, 'py> Batch<'a, 'py> {
     /// `ContentStage._index`.
     fn index(
         &mut self,
-        works: &IndexMap<String, Work, rustc_hash::FxBuildHasher>,
+        works: &IndexMap<String, Box<Work>, rustc_hash::FxBuildHasher>,
         keys: &[String],
         ids: &mut Ids,
     ) -> PyResult<()> {
         let pairs: Vec<(String, &Work)> = keys
             .iter()
-            .map(|k| (id_key(content_id(k)), &works[k]))
+            .map(|k| (id_key(content_id(k)), &*works[k]))
             .collect();
         self.prefetch_ids(ids, pairs.iter().map(|(k, _)| k.clone()).collect())?;
         for (index_key, work) in pairs {
@@ -2542,15 +2544,17 @@ impl<'a, 'py> Batch<'a, 'py> {
             }
         }
         let raws = self.read_many(&keys)?;
-        let mut records: HashMap<String, ContentRecord> =
+        // Each record with the size it was stored at (what its encoding needs again, about).
+        let mut records: HashMap<String, (Box<ContentRecord>, usize)> =
             HashMap::with_capacity_and_hasher(keys.len(), Default::default());
+        let distinct = keys.len();
         for (key, raw) in keys.into_iter().zip(raws) {
             if let Some(raw) = raw {
                 let mut r = MpReader::new(&raw);
                 let record = ContentRecord::decode(&mut r).map_err(|e| {
                     PyValueError::new_err(format!("malformed content record at {key:?}: {e}"))
                 })?;
-                records.insert(key, record);
+                records.insert(key, (Box::new(record), raw.len()));
             }
         }
         let mut wanted: Vec<String> = Vec::new();
@@ -2566,7 +2570,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         for m in &messages {
             if let In::Ref(u) = m {
                 if let Some(Some((source_id, _))) =
-                    records.get(&u.content_hash).map(|r| &r.canonical_ref)
+                    records.get(&u.content_hash).map(|r| &r.0.canonical_ref)
                 {
                     let k = ref_key(&u.content_hash, source_id);
                     if seen_refs.insert(k.clone()) {
@@ -2577,7 +2581,9 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         self.prefetch_refs(wanted)?;
 
-        let mut works: IndexMap<String, Work, rustc_hash::FxBuildHasher> = IndexMap::default();
+        let mut works: IndexMap<String, Box<Work>, rustc_hash::FxBuildHasher> =
+            IndexMap::with_capacity_and_hasher(distinct, Default::default());
+        let mut sizes: HashMap<String, usize> = HashMap::default();
         let mut existed: HashSet<String> = HashSet::default();
         let mut only_asked: HashSet<String> = HashSet::default();
         for message in &messages {
@@ -2585,13 +2591,14 @@ impl<'a, 'py> Batch<'a, 'py> {
             let is_request = matches!(message, In::Verify(_));
             if !works.contains_key(key) {
                 let record = match records.remove(key) {
-                    Some(record) => {
+                    Some((record, size)) => {
                         existed.insert(key.to_owned());
+                        sizes.insert(key.to_owned(), size);
                         record
                     }
-                    None => ContentRecord::default(),
+                    None => Box::default(),
                 };
-                works.insert(key.to_owned(), Work::new(key.to_owned(), record));
+                works.insert(key.to_owned(), Box::new(Work::new(key.to_owned(), record)));
                 if is_request {
                     only_asked.insert(key.to_owned());
                 }
@@ -2633,7 +2640,8 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         let mut writes = Vec::with_capacity(marked.len() + self.refs_dirty.len() + ids.dirty.len());
         for key in marked {
-            let mut w = MpWriter::with_capacity(1024);
+            let mut w =
+                MpWriter::with_capacity(sizes.get(&key).copied().unwrap_or(0).max(768) + 256);
             works[&key].record.encode(&mut w);
             writes.push((key, Some(w.out)));
         }
