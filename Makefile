@@ -10,7 +10,7 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 .PHONY: setup example test lint chromium clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state \
 	bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-report
 
-$(STAMP): pyproject.toml constraints.txt native/Cargo.toml native/Cargo.lock native/src/*.rs
+$(STAMP): pyproject.toml constraints.txt native/Cargo.toml native/Cargo.lock native/src/*.rs native/src/*/*.rs
 	@command -v cargo >/dev/null || { echo "cargo not found: the package's compiled kernels need Rust 1.85+ (rustup.rs)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
