@@ -13,8 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamdedup.core import _native
-from streamdedup.core.messages import Info, MemberReport, PairMark, SourceRef
+from streamdedup.core.messages import Info, MemberReport, PairMark, RefUpdate, SourceRef
 from streamdedup.core.model import Rank, SourceAttrs
+from streamdedup.core.normalize import content_hash, normalize
+from streamdedup.core.stages.content import ContentStage, ContentStageInPython
 from streamdedup.core.state import (
     ChunkStatus,
     Conflict,
@@ -24,6 +26,8 @@ from streamdedup.core.state import (
     RefEntry,
     TopRef,
 )
+from streamdedup.store.base import Transaction
+from streamdedup.store.memory import MemoryStore
 
 texts = st.text(max_size=40) | st.text(min_size=200, max_size=400) | st.sampled_from(["", "*", "a b"])
 ints = st.integers(-(2**63), 2**63 - 1) | st.integers(-300, 70_000)
@@ -181,3 +185,17 @@ def test_malformed_records_are_refused_like_msgspec_refuses_them(kind: str, raw:
         msgspec.msgpack.decode(raw, type=record_type)
     with pytest.raises(ValueError, match=f"malformed {kind} record"):
         _native.content_reencode(kind, raw)
+
+
+def test_a_malformed_stored_record_is_an_error_that_names_its_key(engine):
+    # Corrupt state is an ordinary exception, which drivers isolate like any failing batch, never a crash.
+    text = "a stored record that cannot be read any more"
+    key = content_hash(text)
+    txn = Transaction(MemoryStore())
+    state = txn.partition("content", 0)
+    state.put(key, b"\x81\xa3seq\xa1x")
+    update = RefUpdate(key, "s", 1, (0,), (text,), normalize(text), SourceAttrs(acl=("*",), modified_at=0))
+    with pytest.raises(ValueError, match=f"malformed content record at .{key}.: expected an integer"):
+        ContentStage(engine.context).handle([update], state)
+    with pytest.raises(msgspec.DecodeError):
+        ContentStageInPython(engine.context).handle([update], state)

@@ -1781,7 +1781,12 @@ impl<'a, 'py> Batch<'a, 'py> {
         work.asked_while_dead.clear();
         self.ensure_top(work)?;
         let first = {
-            let top = &work.record.top[0];
+            let Some(top) = work.record.top.first() else {
+                return Err(PyValueError::new_err(format!(
+                    "content {:?} is alive without a live source position",
+                    work.key
+                )));
+            };
             Ref {
                 source_id: top.source_id.clone(),
                 position: top.position,
@@ -2295,7 +2300,7 @@ impl<'a, 'py> Batch<'a, 'py> {
             self.emit(obj);
         }
         let old = std::mem::take(&mut work.record);
-        work.record = Box::new(ContentRecord {
+        *work.record = ContentRecord {
             seq: old.seq,
             epoch: old.epoch,
             revision: old.revision,
@@ -2308,7 +2313,7 @@ impl<'a, 'py> Batch<'a, 'py> {
             role: Role::Dead,
             sent_info: Some(dead),
             ..ContentRecord::default()
-        });
+        };
         work.born = false;
         work.was_role = Role::Dead;
         work.was_target = String::new();
@@ -2357,7 +2362,7 @@ fn birth(work: &mut Work) {
 // The batch (`ContentStage.handle`).
 
 /// On how many of ``fields`` two-bit fields two sketches agree (`sketches.agreements`).
-fn agreements(a: &[u8], b: &[u8], fields: usize) -> usize {
+fn agreements(a: &[u8], b: &[u8], fields: usize) -> i64 {
     let differ: u32 = a
         .iter()
         .zip(b)
@@ -2366,10 +2371,11 @@ fn agreements(a: &[u8], b: &[u8], fields: usize) -> usize {
             ((d | (d >> 1)) & 0x55).count_ones()
         })
         .sum();
-    fields - differ as usize
+    // Negative for a sketch longer than ``fields`` allow (one stored under other parameters), as in Python.
+    fields as i64 - i64::from(differ)
 }
 
-fn estimate(agreed: usize, fields: usize) -> f64 {
+fn estimate(agreed: i64, fields: usize) -> f64 {
     let chance = 0.25;
     ((agreed as f64 / fields as f64 - chance) / (1.0 - chance)).max(0.0)
 }
@@ -2457,7 +2463,7 @@ impl<'a, 'py> Batch<'a, 'py> {
                 };
                 if !mine.is_empty() && mine.len() == theirs.len() {
                     let agreed = agreements(mine, theirs, fields);
-                    if agreed < needed {
+                    if agreed < needed as i64 {
                         let unread = self.make.info(&Info {
                             seq: 0,
                             role: Role::Pending,
