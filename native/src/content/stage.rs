@@ -630,24 +630,7 @@ impl<'a, 'py> Batch<'a, 'py> {
             .filter(|t| t.source_id != source_id)
             .cloned()
             .collect();
-        let fresh: Vec<Ref> = match &entry.attrs {
-            Some(attrs) => entry
-                .positions
-                .iter()
-                .enumerate()
-                .map(|(i, &p)| Ref {
-                    source_id: source_id.to_owned(),
-                    position: p,
-                    attrs: attrs.clone(),
-                    text: if entry.texts.is_empty() {
-                        String::new()
-                    } else {
-                        entry.texts.get(i).cloned().unwrap_or_default()
-                    },
-                })
-                .collect(),
-            None => Vec::new(),
-        };
+        let fresh = positions_of(source_id, entry);
         let mut merged: Vec<Ref>;
         if complete || kept.len() == before {
             merged = kept;
@@ -691,19 +674,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         let mut tops = Vec::new();
         for (source_id, entry) in &live {
             count(record, entry, 1);
-            let attrs = entry.attrs.clone().expect("live entries have attributes");
-            for (i, &p) in entry.positions.iter().enumerate() {
-                tops.push(Ref {
-                    source_id: source_id.clone(),
-                    position: p,
-                    attrs: attrs.clone(),
-                    text: if entry.texts.is_empty() {
-                        String::new()
-                    } else {
-                        entry.texts.get(i).cloned().unwrap_or_default()
-                    },
-                });
-            }
+            tops.extend(positions_of(source_id, entry));
         }
         tops.sort_by(|a, b| self.ref_cmp(a, b));
         tops.truncate(self.params.max_chunk_sources);
@@ -711,6 +682,24 @@ impl<'a, 'py> Batch<'a, 'py> {
         work.refill = false;
         Ok(())
     }
+}
+
+/// The positions a source's entry holds, as first-position candidates (none without attributes: a tombstone).
+fn positions_of(source_id: &str, entry: &RefEntry) -> Vec<Ref> {
+    let Some(attrs) = &entry.attrs else {
+        return Vec::new();
+    };
+    entry
+        .positions
+        .iter()
+        .enumerate()
+        .map(|(i, &position)| Ref {
+            source_id: source_id.to_owned(),
+            position,
+            attrs: attrs.clone(),
+            text: entry.texts.get(i).cloned().unwrap_or_default(),
+        })
+        .collect()
 }
 
 fn decode_ref(raw: &[u8], key: &str) -> PyResult<RefEntry> {
