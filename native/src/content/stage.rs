@@ -10,7 +10,7 @@ use blake2::Blake2bVar;
 use indexmap::IndexMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use super::model::{
@@ -177,103 +177,74 @@ fn read_message(
             obj.getattr(pyo3::intern!(py, $name))
         };
     }
-    let get = |name: &'static str| -> PyResult<Bound<'_, PyAny>> {
-        match name {
-            "content_hash" => get!("content_hash"),
-            "source_id" => get!("source_id"),
-            "version" => get!("version"),
-            "positions" => get!("positions"),
-            "texts" => get!("texts"),
-            "norm" => get!("norm"),
-            "attrs" => get!("attrs"),
-            "attrs_only" => get!("attrs_only"),
-            "attrs_seq" => get!("attrs_seq"),
-            "epoch" => get!("epoch"),
-            "bands" => get!("bands"),
-            "candidates" => get!("candidates"),
-            "sender" => get!("sender"),
-            "text" => get!("text"),
-            "info" => get!("info"),
-            "decision" => get!("decision"),
-            "report" => get!("report"),
-            "sketch" => get!("sketch"),
-            "jaccard" => get!("jaccard"),
-            "edge" => get!("edge"),
-            "conflict" => get!("conflict"),
-            "other" => get!("other"),
-            "mark" => get!("mark"),
-            _ => obj.getattr(PyString::new(py, name)),
-        }
-    };
-    let string = |name: &'static str| -> PyResult<String> { get(name)?.extract() };
     if kind.is(classes.ref_update.bind(py)) {
-        let attrs = get("attrs")?;
+        let attrs = get!("attrs")?;
         Ok(In::Ref(RefUpdate {
-            content_hash: string("content_hash")?,
-            source_id: string("source_id")?,
-            version: get("version")?.extract()?,
-            positions: get("positions")?.extract()?,
-            texts: py::strings(&get("texts")?)?,
-            norm: string("norm")?,
+            content_hash: get!("content_hash")?.extract()?,
+            source_id: get!("source_id")?.extract()?,
+            version: get!("version")?.extract()?,
+            positions: get!("positions")?.extract()?,
+            texts: py::strings(&get!("texts")?)?,
+            norm: get!("norm")?.extract()?,
             attrs: if attrs.is_none() {
                 None
             } else {
                 Some(reader.attrs(&attrs)?)
             },
-            attrs_only: get("attrs_only")?.extract()?,
-            attrs_seq: get("attrs_seq")?.extract()?,
+            attrs_only: get!("attrs_only")?.extract()?,
+            attrs_seq: get!("attrs_seq")?.extract()?,
         }))
     } else if kind.is(classes.band_ack.bind(py)) {
         Ok(In::Ack(BandAck {
-            content_hash: string("content_hash")?,
-            epoch: get("epoch")?.extract()?,
-            bands: py::strings(&get("bands")?)?,
-            candidates: get("candidates")?.extract()?,
+            content_hash: get!("content_hash")?.extract()?,
+            epoch: get!("epoch")?.extract()?,
+            bands: py::strings(&get!("bands")?)?,
+            candidates: get!("candidates")?.extract()?,
         }))
     } else if kind.is(classes.verify_request.bind(py)) {
         Ok(In::Verify(VerifyRequest {
-            content_hash: string("content_hash")?,
-            sender: string("sender")?,
-            epoch: get("epoch")?.extract()?,
-            norm: string("norm")?,
-            text: string("text")?,
-            info: reader.info(&get("info")?)?,
-            decision: reader.mark(&get("decision")?)?,
-            report: reader.report(&get("report")?)?,
-            sketch: get("sketch")?.extract()?,
+            content_hash: get!("content_hash")?.extract()?,
+            sender: get!("sender")?.extract()?,
+            epoch: get!("epoch")?.extract()?,
+            norm: get!("norm")?.extract()?,
+            text: get!("text")?.extract()?,
+            info: reader.info(&get!("info")?)?,
+            decision: reader.mark(&get!("decision")?)?,
+            report: reader.report(&get!("report")?)?,
+            sketch: get!("sketch")?.extract()?,
         }))
     } else if kind.is(classes.verify_result.bind(py)) {
-        let conflict = get("conflict")?;
+        let conflict = get!("conflict")?;
         Ok(In::Result(VerifyResult {
-            content_hash: string("content_hash")?,
-            sender: string("sender")?,
-            epoch: get("epoch")?.extract()?,
-            jaccard: get("jaccard")?.extract()?,
-            edge: get("edge")?.extract()?,
-            info: reader.info(&get("info")?)?,
+            content_hash: get!("content_hash")?.extract()?,
+            sender: get!("sender")?.extract()?,
+            epoch: get!("epoch")?.extract()?,
+            jaccard: get!("jaccard")?.extract()?,
+            edge: get!("edge")?.extract()?,
+            info: reader.info(&get!("info")?)?,
             conflict: if conflict.is_none() {
                 None
             } else {
                 Some(py::strings(&conflict)?)
             },
-            text: string("text")?,
-            decision: reader.mark(&get("decision")?)?,
-            report: reader.report(&get("report")?)?,
+            text: get!("text")?.extract()?,
+            decision: reader.mark(&get!("decision")?)?,
+            report: reader.report(&get!("report")?)?,
         }))
     } else if kind.is(classes.pair_decision.bind(py)) {
         Ok(In::Decision(PairDecision {
-            content_hash: string("content_hash")?,
-            other: string("other")?,
+            content_hash: get!("content_hash")?.extract()?,
+            other: get!("other")?.extract()?,
             mark: reader
-                .mark(&get("mark")?)?
+                .mark(&get!("mark")?)?
                 .ok_or_else(|| PyTypeError::new_err("a decision without its mark"))?,
         }))
     } else if kind.is(classes.neighbor_update.bind(py)) {
         Ok(In::Neighbor(NeighborUpdate {
-            content_hash: string("content_hash")?,
-            sender: string("sender")?,
-            info: reader.info(&get("info")?)?,
-            report: reader.report(&get("report")?)?,
+            content_hash: get!("content_hash")?.extract()?,
+            sender: get!("sender")?.extract()?,
+            info: reader.info(&get!("info")?)?,
+            report: reader.report(&get!("report")?)?,
         }))
     } else {
         Err(PyTypeError::new_err(format!(
@@ -2579,7 +2550,6 @@ impl<'a, 'py> Batch<'a, 'py> {
         let mut works: IndexMap<String, Box<Work>, rustc_hash::FxBuildHasher> =
             IndexMap::with_capacity_and_hasher(distinct, Default::default());
         let mut sizes: HashMap<String, usize> = HashMap::default();
-        let mut existed: HashSet<String> = HashSet::default();
         let mut only_asked: HashSet<String> = HashSet::default();
         for message in &messages {
             let key = message.key();
@@ -2587,7 +2557,6 @@ impl<'a, 'py> Batch<'a, 'py> {
             if !works.contains_key(key) {
                 let record = match records.remove(key) {
                     Some((record, size)) => {
-                        existed.insert(key.to_owned());
                         sizes.insert(key.to_owned(), size);
                         record
                     }
@@ -2656,7 +2625,6 @@ impl<'a, 'py> Batch<'a, 'py> {
             });
             writes.push((key, value));
         }
-        let _ = existed;
         Ok(writes)
     }
 }
