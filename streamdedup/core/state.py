@@ -8,7 +8,7 @@ a record at the end of each handler call that changed it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
@@ -41,6 +41,7 @@ __all__ = [
     "ref_key",
     "ref_prefix",
     "source_texts",
+    "write_all",
 ]
 
 
@@ -65,11 +66,28 @@ class PartitionState(Protocol):
 
 
 class BulkPartitionState(PartitionState, Protocol):
-    """A partition state that can also read many keys in one call."""
+    """A partition state that can also read and write many keys in one call."""
 
     def get_many(self, keys: list[str]) -> list[bytes | None]:
         """Return the stored values of ``keys``, in order (None where absent)."""
         ...
+
+    def put_many(self, writes: Iterable[tuple[str, bytes | None]]) -> None:
+        """Store each (key, value) of ``writes`` in order; a value of None removes its key."""
+        ...
+
+
+def write_all(state: PartitionState, writes: Sequence[tuple[str, bytes | None]]) -> None:
+    """Apply a handler's (key, value or None to remove) writes, in one call where the state takes many at once."""
+    put_many = getattr(state, "put_many", None)
+    if put_many is not None:
+        put_many(writes)
+        return
+    for key, value in writes:
+        if value is None:
+            state.delete(key)
+        else:
+            state.put(key, value)
 
 
 class MappingEntry(msgspec.Struct, frozen=True, array_like=True):

@@ -92,10 +92,11 @@ class RunCounters:
                 new = (int(output.value is not None), 0, 0)
                 self.chunks += new[0] - old[0]
             now[key] = new
+        view = txn.changes_of(VIEW_FAMILY, 0)
         for key in keys:
             value = _format_counts(now[key])
             if value != stored[key]:
-                txn.changes[(VIEW_FAMILY, 0, key)] = value
+                view[key] = value
 
     def to_json(self) -> bytes:
         """Serialize for the store's metadata."""

@@ -9,7 +9,7 @@ metadata in one atomic step, so a crash leaves either all of a batch or none of 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from streamdedup.core.messages import STAGES
@@ -20,7 +20,7 @@ __all__ = [
     "FAMILIES",
     "PARAMS_KEY",
     "VIEW_FAMILY",
-    "Change",
+    "Changes",
     "Store",
     "Transaction",
     "check_params",
@@ -33,8 +33,9 @@ VIEW_FAMILY = "view"
 #: Every keyed family a store holds: one per stage, and the view totals.
 FAMILIES = (*STAGES, VIEW_FAMILY)
 
-#: (stage, partition, key) -> new value, or None to delete.
-Change = Mapping[tuple[str, int, str], "bytes | None"]
+#: (stage, partition) -> key -> new value, or None to delete. Grouped by partition, so that a handler's writes go
+#: straight into its partition's map (many at once with ``put_many``) and a store writes each group under one prefix.
+Changes = Mapping[tuple[str, int], Mapping[str, "bytes | None"]]
 
 
 class Store(Protocol):
@@ -56,7 +57,7 @@ class Store(Protocol):
         """Return a metadata value, or None."""
         ...
 
-    def commit(self, changes: Change, meta: Mapping[str, bytes]) -> None:
+    def commit(self, changes: Changes, meta: Mapping[str, bytes]) -> None:
         """Apply every change and metadata value atomically."""
         ...
 
@@ -68,10 +69,11 @@ class Store(Protocol):
 class _PartitionView:
     """A :class:`~streamdedup.core.state.PartitionState` over a transaction."""
 
-    __slots__ = ("_partition", "_stage", "_txn")
+    __slots__ = ("_changes", "_partition", "_stage", "_txn")
 
     def __init__(self, txn: Transaction, stage: str, partition: int) -> None:
         self._txn, self._stage, self._partition = txn, stage, partition
+        self._changes = txn.changes_of(stage, partition)
 
     def get(self, key: str) -> bytes | None:
         return self._txn.read(self._stage, self._partition, key)
@@ -86,10 +88,13 @@ class _PartitionView:
         return self._txn.records.setdefault((self._stage, self._partition, record_type), {})
 
     def put(self, key: str, value: bytes) -> None:
-        self._txn.changes[(self._stage, self._partition, key)] = value
+        self._changes[key] = value
 
     def delete(self, key: str) -> None:
-        self._txn.changes[(self._stage, self._partition, key)] = None
+        self._changes[key] = None
+
+    def put_many(self, writes: Iterable[tuple[str, bytes | None]]) -> None:
+        self._changes.update(writes)
 
 
 class _Missing:
@@ -104,17 +109,24 @@ class Transaction:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self.changes: dict[tuple[str, int, str], bytes | None] = {}
+        self.changes: dict[tuple[str, int], dict[str, bytes | None]] = {}
         self.meta: dict[str, bytes] = {}
         # Records decoded by the handler calls of this transaction, by (stage, partition, record type): every
         # call after the first finds them decoded (see :class:`~streamdedup.core.state.Table`).
         self.records: dict[tuple[str, int, type], dict[str, Any]] = {}
 
+    def changes_of(self, stage: str, partition: int) -> dict[str, bytes | None]:
+        """Return the map of this transaction's changes to one stage partition (key to value, None deletes)."""
+        changes = self.changes.get((stage, partition))
+        if changes is None:
+            changes = self.changes[(stage, partition)] = {}
+        return changes
+
     def read(self, stage: str, partition: int, key: str) -> bytes | None:
         """Return the value of ``key`` as this transaction sees it."""
-        address = (stage, partition, key)
-        if address in self.changes:
-            return self.changes[address]
+        changes = self.changes.get((stage, partition))
+        if changes and key in changes:
+            return changes[key]
         try:
             return self._store.get(stage, partition, key)
         except Exception as exc:
@@ -122,8 +134,13 @@ class Transaction:
 
     def read_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
         """Return the values of many keys as this transaction sees them, with one store read for the rest."""
-        changes = self.changes
-        found: list[bytes | _Missing | None] = [changes.get((stage, partition, k), _MISSING) for k in keys]
+        changes = self.changes.get((stage, partition))
+        if not changes:
+            try:
+                return self._store.get_many(stage, partition, keys)
+            except Exception as exc:
+                raise state_error(exc) from exc
+        found: list[bytes | _Missing | None] = [changes.get(k, _MISSING) for k in keys]
         missing = [k for k, v in zip(keys, found, strict=True) if v is _MISSING]
         if not missing:
             return found  # type: ignore[return-value]
@@ -146,8 +163,8 @@ class Transaction:
             found = dict(self._store.scan(stage, partition, prefix))
         except Exception as exc:
             raise state_error(exc) from exc
-        for (s, p, key), value in self.changes.items():
-            if s == stage and p == partition and key.startswith(prefix):
+        for key, value in self.changes.get((stage, partition), {}).items():
+            if key.startswith(prefix):
                 if value is None:
                     found.pop(key, None)
                 else:
@@ -164,7 +181,7 @@ class Transaction:
 
     def commit(self) -> None:
         """Write the changes and metadata atomically and start afresh."""
-        if self.changes or self.meta:
+        if self.meta or any(self.changes.values()):
             self._store.commit(self.changes, self.meta)
         self.changes, self.meta, self.records = {}, {}, {}
 
@@ -190,8 +207,9 @@ class _TransactionStore:
         meta = self._txn.meta
         return meta[key] if key in meta else self._txn._store.get_meta(key)
 
-    def commit(self, changes: Change, meta: Mapping[str, bytes]) -> None:
-        self._txn.changes.update(changes)
+    def commit(self, changes: Changes, meta: Mapping[str, bytes]) -> None:
+        for (stage, partition), writes in changes.items():
+            self._txn.changes_of(stage, partition).update(writes)
         self._txn.meta.update(meta)
         self._txn.records.clear()  # its decoded records may predate these changes
 

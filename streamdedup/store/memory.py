@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from streamdedup.errors import StateError
-from streamdedup.store.base import Change
+from streamdedup.store.base import Changes
 
 __all__ = ["MemoryStore"]
 
@@ -42,14 +42,15 @@ class MemoryStore:
         self._check()
         return self._meta.get(key)
 
-    def commit(self, changes: Change, meta: Mapping[str, bytes]) -> None:
+    def commit(self, changes: Changes, meta: Mapping[str, bytes]) -> None:
         """Apply every change and metadata value."""
         self._check()
-        for address, value in changes.items():
-            if value is None:
-                self._data.pop(address, None)
-            else:
-                self._data[address] = value
+        for (stage, partition), writes in changes.items():
+            for key, value in writes.items():
+                if value is None:
+                    self._data.pop((stage, partition, key), None)
+                else:
+                    self._data[(stage, partition, key)] = value
         self._meta.update(meta)
 
     def keys(self, stage: str) -> list[tuple[int, str]]:

@@ -12,6 +12,14 @@ from streamdedup.store.memory import MemoryStore
 from streamdedup.store.rocksdb import RocksDBStore
 
 
+def _commit(store, changes, meta):
+    """Commit ``changes`` given as (stage, partition, key) -> value, grouped by partition as stores take them."""
+    grouped = {}
+    for (stage, partition, key), value in changes.items():
+        grouped.setdefault((stage, partition), {})[key] = value
+    store.commit(grouped, meta)
+
+
 def _open(kind, path):
     if kind == "memory":
         return MemoryStore()
@@ -39,7 +47,7 @@ def make_store(request, tmp_path):
 def test_get_returns_what_commit_wrote(make_store):
     store = make_store()
     assert store.get("content", 0, "k") is None
-    store.commit({("content", 0, "k"): b"v", ("source", 3, "k"): b"w"}, {"m": b"1"})
+    _commit(store, {("content", 0, "k"): b"v", ("source", 3, "k"): b"w"}, {"m": b"1"})
     assert store.get("content", 0, "k") == b"v"
     assert store.get("source", 3, "k") == b"w"
     assert store.get("source", 0, "k") is None  # partitions are separate
@@ -49,7 +57,7 @@ def test_get_returns_what_commit_wrote(make_store):
 
 def test_get_many_reads_several_keys_in_order(make_store):
     store = make_store()
-    store.commit({("content", 1, "a"): b"1", ("content", 1, "c"): b"3"}, {})
+    _commit(store, {("content", 1, "a"): b"1", ("content", 1, "c"): b"3"}, {})
     assert store.get_many("content", 1, ["c", "b", "a"]) == [b"3", None, b"1"]
     txn = Transaction(store)
     view = txn.partition("content", 1)
@@ -61,7 +69,7 @@ def test_get_many_reads_several_keys_in_order(make_store):
 def test_get_many_of_more_keys_than_one_multi_get_keeps_their_order(make_store):
     # RocksDB reads a long list in pieces (a very long multi-get is slower per key); the answer is one list.
     store = make_store()
-    store.commit({("band", 0, f"k{i:05d}"): str(i).encode() for i in range(0, 5000, 3)}, {})
+    _commit(store, {("band", 0, f"k{i:05d}"): str(i).encode() for i in range(0, 5000, 3)}, {})
     keys = [f"k{i:05d}" for i in range(4999, -1, -1)]
     assert store.get_many("band", 0, keys) == [
         str(i).encode() if i % 3 == 0 else None for i in range(4999, -1, -1)
@@ -70,7 +78,8 @@ def test_get_many_of_more_keys_than_one_multi_get_keeps_their_order(make_store):
 
 def test_scan_returns_a_prefix_in_key_order_with_the_transactions_changes(make_store):
     store = make_store()
-    store.commit(
+    _commit(
+        store,
         {
             ("content", 1, "r\x00h\x00b"): b"2",
             ("content", 1, "r\x00h\x00a"): b"1",
@@ -96,17 +105,17 @@ def test_scan_returns_a_prefix_in_key_order_with_the_transactions_changes(make_s
 
 def test_delete_and_overwrite(make_store):
     store = make_store()
-    store.commit({("band", 1, "k"): b"a"}, {})
-    store.commit({("band", 1, "k"): b"b"}, {})
+    _commit(store, {("band", 1, "k"): b"a"}, {})
+    _commit(store, {("band", 1, "k"): b"b"}, {})
     assert store.get("band", 1, "k") == b"b"
-    store.commit({("band", 1, "k"): None, ("band", 1, "never"): None}, {})
+    _commit(store, {("band", 1, "k"): None, ("band", 1, "never"): None}, {})
     assert store.get("band", 1, "k") is None
 
 
 def test_keys_are_arbitrary_unicode_and_values_arbitrary_bytes(make_store):
     store = make_store()
     key, value = "drive:ü/π/📄 name", bytes(range(256))
-    store.commit({("source", 65535, key): value}, {})
+    _commit(store, {("source", 65535, key): value}, {})
     assert store.get("source", 65535, key) == value
     assert (65535, key) in store.keys("source")
 
@@ -137,7 +146,7 @@ def test_params_are_recorded_and_mismatches_refused(make_store):
 @pytest.mark.parametrize("kind", ["rocksdb", "kafka-partitions"])
 def test_restart_on_the_same_directory_keeps_state(tmp_path, kind):
     store = _open(kind, tmp_path / "state")
-    store.commit({("content", 0, "k"): b"v"}, {"m": b"x"})
+    _commit(store, {("content", 0, "k"): b"v"}, {"m": b"x"})
     check_params(store, EngineParams(), where="dir")
     store.close()
     reopened = _open(kind, tmp_path / "state")
@@ -150,10 +159,10 @@ def test_restart_on_the_same_directory_keeps_state(tmp_path, kind):
 @pytest.mark.parametrize("kind", ["rocksdb", "kafka-partitions"])
 def test_a_locked_directory_is_a_clear_error(tmp_path, kind):
     store = _open(kind, tmp_path / "state")
-    store.commit({("content", 0, "k"): b"v"}, {"m": b"x"})
+    _commit(store, {("content", 0, "k"): b"v"}, {"m": b"x"})
     with pytest.raises(StateError, match="cannot open the state"):
         other = _open(kind, tmp_path / "state")
-        other.commit({("content", 0, "k"): b"v"}, {"m": b"x"})
+        _commit(other, {("content", 0, "k"): b"v"}, {"m": b"x"})
     store.close()
 
 
@@ -163,7 +172,7 @@ def test_closed_store_refuses_use(make_store):
     with pytest.raises(StateError, match="closed"):
         store.get("content", 0, "k")
     with pytest.raises(StateError, match="closed"):
-        store.commit({("content", 0, "k"): b"v"}, {})
+        _commit(store, {("content", 0, "k"): b"v"}, {})
 
 
 def test_write_ahead_logs_stay_bounded_while_the_state_is_rewritten(tmp_path, monkeypatch):
@@ -173,7 +182,7 @@ def test_write_ahead_logs_stay_bounded_while_the_state_is_rewritten(tmp_path, mo
     store = RocksDBStore(tmp_path / "state")
     value = bytes(range(256)) * 64  # 16 KiB
     for i in range(1280):  # 20 MiB written over the same 64 keys
-        store.commit({("content", 0, f"k{i % 64}"): value}, {"position": str(i).encode()})
+        _commit(store, {("content", 0, f"k{i % 64}"): value}, {"position": str(i).encode()})
     logs = sum(_size(f) for f in (tmp_path / "state" / "db").glob("*.log"))
     assert store.get("content", 0, "k63") == value and store.get_meta("position") == b"1279"
     store.close()

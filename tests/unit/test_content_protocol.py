@@ -181,7 +181,7 @@ def test_a_verify_request_that_changes_nothing_is_answered_with_the_settled_stat
     )
     stage.txn.commit()
     out = stage(request)
-    assert stage.txn.changes == {}  # the content's record is not written again
+    assert not any(stage.txn.changes.values())  # the content's record is not written again
     (result,) = out  # the answer, and nothing else
     record = stage.record(TEXT)
     assert (result.edge, result.jaccard, result.info) == (False, 0.0, record.sent_info)

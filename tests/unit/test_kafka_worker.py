@@ -448,7 +448,7 @@ def test_the_stores_a_data_directory_holds_are_opened_ahead_of_the_assignment(tm
     from streamdedup.drivers.kafka.partitions import PartitionStores
 
     before = PartitionStores(tmp_path, EngineParams())
-    before.commit({("band", 1, "k"): b"v", ("content", 0, "c"): b"w"}, {})
+    before.commit({("band", 1): {"k": b"v"}, ("content", 0): {"c": b"w"}}, {})
     before.close()
 
     again = PartitionStores(tmp_path, EngineParams())

@@ -33,7 +33,7 @@ from streamdedup.core.messages import (
     Output,
     content_id,
 )
-from streamdedup.core.state import PartitionState
+from streamdedup.core.state import PartitionState, write_all
 
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
@@ -96,11 +96,7 @@ class BandStage:
         get_many = getattr(state, "get_many", None)
         read = get_many if get_many is not None else lambda keys: [state.get(k) for k in keys]
         writes, answers = _native.apply_bands(ops, read, self._limit)
-        for key, raw in writes:
-            if raw is None:
-                state.delete(key)
-            else:
-                state.put(key, raw)
+        write_all(state, writes)
         return [BandAck(*answer) for answer in answers]
 
 

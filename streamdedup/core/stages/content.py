@@ -55,7 +55,16 @@ from streamdedup.core.stages.content_settle import Settlement
 from streamdedup.core.stages.content_sources import SourcePositions
 from streamdedup.core.stages.content_work import Features, Work
 from streamdedup.core.stages.context import StageContext
-from streamdedup.core.state import ContentIds, ContentRecord, PartitionState, RefEntry, Table, id_key, ref_key
+from streamdedup.core.state import (
+    ContentIds,
+    ContentRecord,
+    PartitionState,
+    RefEntry,
+    Table,
+    id_key,
+    ref_key,
+    write_all,
+)
 
 __all__ = ["ContentStage", "ContentStageInPython"]
 
@@ -104,11 +113,7 @@ class ContentStage:
         get_many = getattr(state, "get_many", None)
         read = get_many if get_many is not None else lambda keys: [state.get(k) for k in keys]
         writes, out = self._kernel.apply(list(messages), read, state.scan)
-        for key, raw in writes:
-            if raw is None:
-                state.delete(key)
-            else:
-                state.put(key, raw)
+        write_all(state, writes)
         return out
 
 

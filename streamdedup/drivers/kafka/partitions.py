@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from streamdedup.core.params import EngineParams
 from streamdedup.drivers.kafka.changelog import AppliedCall, Replay
 from streamdedup.errors import StateError
-from streamdedup.store.base import Transaction, check_params
+from streamdedup.store.base import Changes, Transaction, check_params
 from streamdedup.store.rocksdb import RocksDBStore, shared_cache
 
 __all__ = ["PartitionStore", "PartitionStores", "RecoveryReport", "recover"]
@@ -212,14 +212,14 @@ class PartitionStores:
         """Return a metadata value of the worker's own store, or None."""
         return self._meta_store().get_meta(key)
 
-    def commit(self, changes: Mapping[tuple[str, int, str], bytes | None], meta: Mapping[str, bytes]) -> None:
+    def commit(self, changes: Changes, meta: Mapping[str, bytes]) -> None:
         """Commit each partition's changes to its store (one write batch each), then the metadata."""
-        by_partition: dict[tuple[str, int], dict[tuple[str, int, str], bytes | None]] = {}
-        for address, value in changes.items():
-            by_partition.setdefault(address[:2], {})[address] = value
-        for (stage, partition), part in by_partition.items():
-            self.open(stage, partition).store.commit(part, {})
-        if meta or not changes:
+        written = False
+        for (stage, partition), writes in changes.items():
+            if writes:
+                self.open(stage, partition).store.commit({(stage, partition): writes}, {})
+                written = True
+        if meta or not written:
             self._meta_store().commit({}, meta)
 
     def keys(self, stage: str) -> list[tuple[int, str]]:

@@ -393,7 +393,7 @@ class StageWorker(mode.Service):
             await letters.send()
         if delivered:
             self.faults.passed("outputs-sent")
-        changes = {key: value for (_, _, key), value in txn.changes.items()}
+        changes = {key: value for writes in txn.changes.values() for key, value in writes.items()}
         last = await self._write_changelog(store, changes, applied) if changes else store.changelog
         self.faults.passed("changelog-sent")
         store.commit(txn, applied=applied, changelog=last)
