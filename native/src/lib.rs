@@ -1,14 +1,15 @@
 //! The compiled kernels of streamdedup (`streamdedup._native`): MinHash signatures of a batch of texts, their LSH
 //! band hashes, Kafka's partitioner hash, the content stage's batch (`content/`), the band stage's batch
-//! (`bands.rs`), the collection stage's line counts (`lines.rs`) and the normalization of ASCII text (`text.rs`).
+//! (`bands.rs`), the collection stage's line counts (`lines.rs`), the normalization of ASCII text (`text.rs`) and a
+//! store commit's loop over its changes (`batch.rs`).
 //!
-//! Each has a NumPy or pure-Python twin in the package that gives the same results
+//! Each kernel has a NumPy or pure-Python twin in the package that gives the same results
 //! (`streamdedup.core.numpy_kernels`, `streamdedup.core.partitioning.murmur2`,
 //! `streamdedup.core.stages.content.ContentStageInPython`,
 //! `streamdedup.core.stages.bands.apply_in_python`, `streamdedup.core.stages.collection.count_in_python`,
 //! `streamdedup.core.normalize.words`);
 //! the tests compare them on random and hostile input. The hash functions are spelled out in
-//! `streamdedup/core/signatures.py`.
+//! `streamdedup/core/signatures.py`. The commit loop has none: the store contract tests read back what it wrote.
 
 // The content stage builds and drops many small records per message: mimalloc does that in a fraction of the time
 // glibc's allocator takes in a process whose heap Python shares (copies of a text: 2.3 against 0.5 us a message to
@@ -17,6 +18,7 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bands;
+mod batch;
 mod content;
 mod lines;
 mod text;
@@ -474,6 +476,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(band_hashes, module)?)?;
     module.add_function(wrap_pyfunction!(positive_murmur2, module)?)?;
     module.add_function(wrap_pyfunction!(bands::apply_bands, module)?)?;
+    module.add_function(wrap_pyfunction!(batch::fill_write_batch, module)?)?;
     module.add_function(wrap_pyfunction!(lines::count_lines, module)?)?;
     module.add_function(wrap_pyfunction!(text::normalize_ascii, module)?)?;
     module.add_function(wrap_pyfunction!(text::line_hashes, module)?)?;

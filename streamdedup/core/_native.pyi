@@ -19,6 +19,13 @@ def apply_bands(
 ) -> tuple[
     list[tuple[str, bytes | None]], list[tuple[str, int, tuple[str, ...], tuple[tuple[str, int], ...]]]
 ]: ...
+def fill_write_batch(
+    put: Callable[..., None],
+    delete: Callable[..., None],
+    family: object,
+    prefix: bytes,
+    writes: dict[str, bytes | None],
+) -> None: ...
 def normalize_ascii(text: str) -> str | None: ...
 def line_hashes(text: str, max_chars: int) -> list[tuple[str, str]] | None: ...
 def count_lines(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import rocksdict
 
+from streamdedup.core._native import fill_write_batch
 from streamdedup.errors import StateError
 from streamdedup.store.base import FAMILIES, Changes
 
@@ -221,14 +222,9 @@ class RocksDBStore:
         """Write every change and metadata value in one ``WriteBatch``."""
         self._family(_META)
         batch = rocksdict.WriteBatch(raw_mode=True)
-        put, delete = batch.put, batch.delete
         for (stage, partition), writes in changes.items():
-            handle, prefix = self._handles[stage], _prefix(partition)
-            for key, value in writes.items():
-                if value is None:
-                    delete(prefix + key.encode(), handle)
-                else:
-                    put(prefix + key.encode(), value, handle)
+            group = writes if isinstance(writes, dict) else dict(writes)
+            fill_write_batch(batch.put, batch.delete, self._handles[stage], _prefix(partition), group)
         for key, value in meta.items():
             batch.put(key.encode("utf-8"), value, self._handles[_META])
         self._db.write(batch)
