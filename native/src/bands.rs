@@ -4,7 +4,7 @@
 //! A bucket is fixed-width entries sorted by content id: 8 bytes of id (the content hash's first 16 hex digits),
 //! then 4 bytes of epoch, big-endian.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -90,10 +90,11 @@ struct Joined {
 ///
 /// Apply a batch of band joins and leaves, ``ops`` as ``(join, content_hash, epoch, band_keys)`` in order, to the
 /// buckets of their keys, read with one call of ``read(keys)`` (stored values, None where absent). Return the
-/// changed buckets in key order as ``(key, value or None once empty)``, and one answer per joining content and
-/// epoch, in order of first join: ``(content_hash, epoch, bands joined, candidates)``, the candidates being the
-/// ``limit`` content ids sharing the most of its bands (then the lowest ids) with their counts. A join counts at
-/// most ``limit`` others per band, the lowest ids.
+/// changed buckets in the order of the keys ``read`` was given, as ``(key, value or None once empty)`` (a store
+/// writes them in one batch, so they need no order), and one answer per joining content and epoch, in order of
+/// first join: ``(content_hash, epoch, bands joined, candidates)``, the candidates being the ``limit`` content ids
+/// sharing the most of its bands (then the lowest ids) with their counts. A join counts at most ``limit`` others
+/// per band, the lowest ids.
 #[pyfunction]
 pub fn apply_bands<'py>(
     py: Python<'py>,
@@ -102,7 +103,7 @@ pub fn apply_bands<'py>(
     limit: usize,
 ) -> PyResult<(Vec<Write<'py>>, Vec<Answer<'py>>)> {
     let mut names: Vec<&Bound<'py, PyString>> = Vec::new();
-    let mut index: HashMap<&str, usize> = HashMap::new();
+    let mut index: HashMap<&str, usize> = HashMap::default();
     let mut op_bands: Vec<Vec<usize>> = Vec::with_capacity(ops.len());
     for (_, _, _, keys) in &ops {
         let mut at = Vec::with_capacity(keys.len());
@@ -124,7 +125,7 @@ pub fn apply_bands<'py>(
     let mut buckets: Vec<Vec<u8>> = stored.into_iter().map(Option::unwrap_or_default).collect();
     let mut changed = vec![false; buckets.len()];
     let mut joined: Vec<Joined> = Vec::new();
-    let mut joined_at: HashMap<(&str, u32), usize> = HashMap::new();
+    let mut joined_at: HashMap<(&str, u32), usize> = HashMap::default();
     for (i, (join, content_hash, epoch, _)) in ops.iter().enumerate() {
         let member = content_id(content_hash.to_str()?)?;
         if *join {
@@ -136,7 +137,7 @@ pub fn apply_bands<'py>(
                 joined.push(Joined {
                     op: i,
                     bands: Vec::new(),
-                    counts: HashMap::new(),
+                    counts: HashMap::default(),
                 });
             }
             let answer = &mut joined[slot];
@@ -172,11 +173,8 @@ pub fn apply_bands<'py>(
             }
         }
     }
-    let mut order: Vec<usize> = (0..names.len()).filter(|&k| changed[k]).collect();
-    let texts: Vec<&str> = names.iter().map(|n| n.to_str()).collect::<PyResult<_>>()?;
-    order.sort_unstable_by(|&x, &y| texts[x].cmp(texts[y]));
-    let writes = order
-        .into_iter()
+    let writes = (0..names.len())
+        .filter(|&k| changed[k])
         .map(|k| {
             let raw = &buckets[k];
             let value = (!raw.is_empty()).then(|| PyBytes::new(py, raw));

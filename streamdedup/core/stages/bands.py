@@ -106,8 +106,8 @@ def apply_in_python(
     """The band stage's batch in Python: the twin the tests compare the compiled ``apply_bands`` with.
 
     It applies the joins and leaves of ``ops`` in order to the buckets of their keys, read with one call of
-    ``read``, and returns the changed buckets in key order (None once empty) and one answer per joining content and
-    epoch: the bands it joined and its best candidates.
+    ``read``, and returns the changed buckets in the order their keys were read (None once empty), and one answer
+    per joining content and epoch: the bands it joined and its best candidates.
     """
     keys = list(dict.fromkeys(k for op in ops for k in op[3]))
     buckets: dict[str, bytes] = {key: raw or b"" for key, raw in zip(keys, read(keys), strict=True)}
@@ -143,7 +143,7 @@ def apply_in_python(
                 if present and int.from_bytes(raw[offset + _HASH : offset + _ENTRY], "big") <= epoch:
                     buckets[band_key] = raw[:offset] + raw[offset + _ENTRY :]
                     changed.add(band_key)
-    writes: list[Write] = [(key, buckets[key] or None) for key in sorted(changed)]
+    writes: list[Write] = [(key, buckets[key] or None) for key in keys if key in changed]
     return writes, [
         (content_hash, epoch, tuple(answered), _best(counts, limit))
         for (content_hash, epoch), (answered, counts) in answers.items()
