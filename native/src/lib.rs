@@ -14,6 +14,9 @@
 // The content stage builds and drops many small records per message: mimalloc does that in a fraction of the time
 // glibc's allocator takes in a process whose heap Python shares (copies of a text: 2.3 against 0.5 us a message to
 // drop a batch's working set).
+// Built with `no_thp`: mimalloc then leaves its memory to the system's huge page setting instead of asking for huge
+// pages. Each huge page is zeroed in full when first touched, however little of it a batch uses; without them,
+// `streamdedup run` on 10,000 positions took 1.02 instead of 1.16 s (best of 12 runs, alternated in one session).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
