@@ -432,12 +432,14 @@ class Table(Generic[R]):
 
     def flush(self) -> None:
         """Write every changed record to the partition state."""
-        for key in sorted(self._dirty):
-            record = self._cache[key]
-            if record is None:
-                self._state.delete(key)
-            else:
-                self._state.put(key, self._encoder.encode(record))
+        encode, cache = self._encoder.encode, self._cache
+        write_all(
+            self._state,
+            [
+                (key, None if (record := cache[key]) is None else encode(record))
+                for key in sorted(self._dirty)
+            ],
+        )
         for key in self._created - self._dirty:
             self._cache.pop(key, None)
         self._dirty.clear()
