@@ -16,7 +16,8 @@
 // drop a batch's working set).
 // Built with `no_thp`: mimalloc then leaves its memory to the system's huge page setting instead of asking for huge
 // pages. Each huge page is zeroed in full when first touched, however little of it a batch uses; without them,
-// `streamdedup run` on 10,000 positions took 1.02 instead of 1.16 s (best of 12 runs, alternated in one session).
+// `streamdedup run` on 10,000 positions took 1.02-1.03 instead of 1.16-1.18 s (best of 10-12 alternated runs) in two
+// sessions, and the same time in a third: the gain depends on the machine, and it never measured slower.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

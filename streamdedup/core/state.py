@@ -38,6 +38,7 @@ __all__ = [
     "Table",
     "TopRef",
     "id_key",
+    "reader",
     "ref_key",
     "ref_prefix",
     "source_texts",
@@ -75,6 +76,12 @@ class BulkPartitionState(PartitionState, Protocol):
     def put_many(self, writes: Iterable[tuple[str, bytes | None]]) -> None:
         """Store each (key, value) of ``writes`` in order; a value of None removes its key."""
         ...
+
+
+def reader(state: PartitionState) -> Callable[[list[str]], Sequence[bytes | None]]:
+    """Return how to read many keys of ``state`` at once: its multi-get where it has one, else key by key."""
+    get_many = getattr(state, "get_many", None)
+    return get_many if get_many is not None else lambda keys: [state.get(k) for k in keys]
 
 
 def write_all(state: PartitionState, writes: Sequence[tuple[str, bytes | None]]) -> None:
@@ -391,8 +398,7 @@ class Table(Generic[R]):
         wanted = [k for k in keys if k not in self._cache]
         if not wanted:
             return
-        get_many = getattr(self._state, "get_many", None)
-        raws = get_many(wanted) if get_many is not None else [self._state.get(k) for k in wanted]
+        raws = reader(self._state)(wanted)
         for key, raw in zip(wanted, raws, strict=True):
             self._cache[key] = None if raw is None else self._decoder.decode(raw)
 

@@ -33,7 +33,7 @@ from streamdedup.core.messages import (
     Output,
     content_id,
 )
-from streamdedup.core.state import PartitionState, write_all
+from streamdedup.core.state import PartitionState, reader, write_all
 
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
@@ -93,9 +93,7 @@ class BandStage:
                 )
             else:  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"band stage cannot handle {type(message).__name__}")
-        get_many = getattr(state, "get_many", None)
-        read = get_many if get_many is not None else lambda keys: [state.get(k) for k in keys]
-        writes, answers = _native.apply_bands(ops, read, self._limit)
+        writes, answers = _native.apply_bands(ops, reader(state), self._limit)
         write_all(state, writes)
         return [BandAck(*answer) for answer in answers]
 

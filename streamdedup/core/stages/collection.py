@@ -32,6 +32,7 @@ from streamdedup.core.state import (
     LineRecord,
     PartitionState,
     Table,
+    reader,
 )
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class CollectionStage:
             docs = {c: r.docs for c, r in records.items() if r is not None}
             watch = {c: {*r.boilerplate, *r.decided} for c, r in records.items() if r is not None}
             writes, applied, totals, found = _native.count_lines(
-                updates, _reader(state), docs, watch, self._params.boilerplate_min_docs,
+                updates, reader(state), docs, watch, self._params.boilerplate_min_docs,
                 self._params.boilerplate_fraction,
             )  # fmt: skip
             for key, raw in writes:
@@ -130,7 +131,7 @@ class CollectionStage:
                 for c, m in zip(changed_by, messages, strict=True)
             ]
         out: list[Message | Output] = []
-        read = _reader(state)
+        read = reader(state)
         for collection in dict.fromkeys(c for c in changed_by if c is not None):
             record = collections.get_or_new(collection_key(collection))
             lines = found.get(collection, {})
@@ -180,11 +181,6 @@ def _line(raw: bytes | None) -> Line:
         return None
     line = _LINE.decode(raw)
     return (line.count, line.text)
-
-
-def _reader(state: PartitionState) -> Callable[[list[str]], Sequence[bytes | None]]:
-    get_many = getattr(state, "get_many", None)
-    return get_many if get_many is not None else lambda keys: [state.get(k) for k in keys]
 
 
 def count_in_python(

@@ -62,6 +62,7 @@ from streamdedup.core.state import (
     RefEntry,
     Table,
     id_key,
+    reader,
     ref_key,
     write_all,
 )
@@ -110,9 +111,7 @@ class ContentStage:
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of messages for one partition and emit what follows from them."""
-        get_many = getattr(state, "get_many", None)
-        read = get_many if get_many is not None else lambda keys: [state.get(k) for k in keys]
-        writes, out = self._kernel.apply(list(messages), read, state.scan)
+        writes, out = self._kernel.apply(list(messages), reader(state), state.scan)
         write_all(state, writes)
         return out
 
