@@ -4,6 +4,7 @@ import contextlib
 
 import pytest
 
+from streamdedup.core._native import fill_write_batch
 from streamdedup.core.params import EngineParams
 from streamdedup.drivers.kafka.partitions import PartitionStores
 from streamdedup.errors import StateError, StateMismatchError
@@ -197,3 +198,20 @@ def _size(path):
         return path.stat().st_size
     except FileNotFoundError:
         return 0
+
+
+def test_a_commits_write_batch_holds_each_change_once_in_key_order():
+    calls = []
+    writes = {"zz": b"1", "a\u00fc": None, "b": b"2", "\U0001f4c4": b"3", "a": b"4"}
+    fill_write_batch(
+        lambda key, value, family: calls.append(("put", key, value, family)),
+        lambda key, family: calls.append(("delete", key, None, family)),
+        "family",
+        b"\x00\x07",
+        writes,
+    )
+    expected = sorted(
+        (("delete" if v is None else "put"), b"\x00\x07" + k.encode(), v, "family") for k, v in writes.items()
+    )
+    assert sorted(calls, key=lambda c: c[1]) == sorted(expected, key=lambda c: c[1])
+    assert [c[1] for c in calls] == sorted(c[1] for c in calls)
