@@ -2,6 +2,8 @@
 
 import typing
 
+import msgspec
+
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import (
     _ROUTES,
@@ -11,6 +13,7 @@ from streamdedup.core.messages import (
     BandJoin,
     BandLeave,
     BoilerplateUpdate,
+    ContentStatus,
     Message,
     Output,
     RefUpdate,
@@ -18,8 +21,10 @@ from streamdedup.core.messages import (
     content_id,
 )
 from streamdedup.core.model import AclEvent, DeleteEvent
+from streamdedup.core.normalize import content_hash
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
+from streamdedup.core.state import SourceRecord
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
 from tests.helpers import upsert
@@ -48,6 +53,27 @@ def test_source_stage_diffs_versions_and_tombstones_deletes(engine):
     assert all(isinstance(m, RefUpdate) and m.positions == () for m in out)
     # the version tombstone keeps a replayed older upsert from bringing the source back
     assert _handle(engine, "source", [upsert("s", 2, ["keep"])], txn) == []
+
+
+def test_source_stage_keeps_the_statuses_of_the_contents_its_current_chunks_hold(engine):
+    txn = Transaction(MemoryStore())
+    out = _handle(engine, "source", [upsert("s", 1, ["old one", "kept"])], txn)
+    hashes = {r.norm: r.content_hash for r in out if isinstance(r, RefUpdate)}
+    hashes["new one"] = content_hash("new one")
+
+    def status(norm, version):
+        return ContentStatus("s", hashes[norm], 1, version, hashes[norm])
+
+    # One batch: a status for version 1, a version that drops a text and adds one, then the statuses of version 2.
+    batch = [status("kept", 1), upsert("s", 2, ["kept", "new one"])]
+    batch += [status("old one", 2), status("kept", 2), status("new one", 2)]
+    out = _handle(engine, "source", batch, txn)
+    mappings = [m.value for m in out if isinstance(m, Output) and m.topic == "source-mappings"]
+    assert [[(c["position"], c["content_hash"]) for c in m["chunks"]] for m in mappings] == [
+        [(0, hashes["kept"]), (1, hashes["new one"])]
+    ]
+    record = msgspec.msgpack.decode(txn.partition("source", 0).get("s"), type=SourceRecord)
+    assert set(record.statuses) == {hashes["kept"], hashes["new one"]}
 
 
 def test_acl_event_resends_positions_with_new_readers(engine):

@@ -105,6 +105,7 @@ class SourceStage:
         ledger = Table(state, DecisionRecord)
         out: list[Message | Output] = []
         touched: dict[str, None] = {}
+        held: dict[str, tuple[list[str], frozenset[str]]] = {}
         for message in messages:
             if isinstance(message, DecisionEvent):
                 if message.subject_source is not None:
@@ -114,7 +115,7 @@ class SourceStage:
                     self._apply_decision(ledger, message, out)
                     continue
             elif isinstance(message, ContentStatus):
-                self._apply_status(table, message)
+                self._apply_status(table, message, held)
             elif isinstance(message, BoilerplateUpdate):
                 key = _SNAPSHOT_PREFIX + message.collection
                 snapshot = snapshots.get_or_new(key)
@@ -295,9 +296,26 @@ class SourceStage:
         record.lines = sorted(lines)
         record.lines_collection = event.collection if lines else ""
 
-    def _apply_status(self, table: Table[SourceRecord], status: ContentStatus) -> None:
+    def _apply_status(
+        self,
+        table: Table[SourceRecord],
+        status: ContentStatus,
+        held: dict[str, tuple[list[str], frozenset[str]]],
+    ) -> None:
+        """Keep what a content says of the source's positions that hold it (ignored if none does any more).
+
+        ``held`` keeps, for the batch, the set of content hashes of each source's chunk list, rebuilt when the list
+        is replaced: a document's statuses come one per content, and a search of the list for each would make the
+        batch quadratic in the document's length.
+        """
         record = table.get(status.source_id)
-        if record is None or record.deleted or status.content_hash not in record.chunks:
+        if record is None or record.deleted:
+            return
+        chunks, hashes = held.get(status.source_id, (None, frozenset()))
+        if chunks is not record.chunks:
+            hashes = frozenset(record.chunks)
+            held[status.source_id] = (record.chunks, hashes)
+        if status.content_hash not in hashes:
             return
         known = record.statuses.get(status.content_hash)
         if known is not None and (known.seq, known.version) >= (status.seq, status.version):
