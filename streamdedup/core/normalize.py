@@ -12,17 +12,29 @@ True
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import unicodedata
-
-import regex
+from typing import TYPE_CHECKING
 
 from streamdedup.core import _native
 
+if TYPE_CHECKING:
+    import regex
+
 __all__ = ["content_hash", "normalize", "words"]
 
-# A run of Unicode punctuation at the start or the end of a word, in text whose words are separated by one space.
-_EDGE_PUNCTUATION = regex.compile(r"(?:(?<=^| )\p{P}+)|(?:\p{P}+(?= |$))")
+
+@functools.cache
+def _edge_punctuation() -> regex.Pattern[str]:
+    """A run of Unicode punctuation at the start or the end of a word, in text whose words are separated by one space.
+
+    Compiled on the first text that is not ASCII: the ``regex`` module (for its Unicode property classes) takes some
+    15 ms to import, a launch's share that ASCII text never needs.
+    """
+    import regex  # noqa: PLC0415
+
+    return regex.compile(r"(?:(?<=^| )\p{P}+)|(?:\p{P}+(?= |$))")
 
 
 # Every code point reaches the fixed point after one more fold; the bound only guarantees termination.
@@ -61,7 +73,7 @@ def words(text: str) -> list[str]:
 def _words_by_pattern(text: str) -> list[str]:
     """:func:`words` for any text: Unicode folding, and the edge-punctuation pattern."""
     spaced = " ".join(_fold(text).split())  # str.split's notion of whitespace, wider than the regex's \s
-    stripped: str = _EDGE_PUNCTUATION.sub("", spaced)
+    stripped: str = _edge_punctuation().sub("", spaced)
     return stripped.split()
 
 

@@ -53,23 +53,33 @@ def test_the_worker_loads_no_terminal_markup_or_file_reading_modules():
     assert _loaded_by(code, unwanted) == []
 
 
+_ENGINE_RUN = (
+    "from streamdedup.cli.run import run_command\n"
+    "from streamdedup.core import Engine, EngineParams, SourceAttrs, UpsertEvent\n"
+    "from streamdedup.core.normalize import normalize\n"
+    "from streamdedup.drivers.embedded import EmbeddedRunner\n"
+    "from streamdedup.store.memory import MemoryStore\n"
+    "outputs = []\n"
+    "runner = EmbeddedRunner(Engine(EngineParams()), MemoryStore())\n"
+    "text = ' '.join(f'word{i}' for i in range(40))\n"
+    "for i, tail in enumerate(['alpha', 'beta']):\n"
+    "    attrs = SourceAttrs(acl=('*',), modified_at=i)\n"
+    "    event = UpsertEvent(source_id=f's{i}', version=1, attrs=attrs, text=text + ' ' + tail)\n"
+    "    runner.process([event], outputs.extend)\n"
+    "assert any(o.topic == 'audit' for o in outputs), outputs\n"
+)
+
+
 def test_the_engine_runs_without_numpy():
     # Its signatures, band keys and sketches come from the compiled kernels; NumPy is for the reference twins.
-    code = (
-        "from streamdedup.cli.run import run_command\n"
-        "from streamdedup.core import Engine, EngineParams, SourceAttrs, UpsertEvent\n"
-        "from streamdedup.drivers.embedded import EmbeddedRunner\n"
-        "from streamdedup.store.memory import MemoryStore\n"
-        "outputs = []\n"
-        "runner = EmbeddedRunner(Engine(EngineParams()), MemoryStore())\n"
-        "text = ' '.join(f'word{i}' for i in range(40))\n"
-        "for i, tail in enumerate(['alpha', 'beta']):\n"
-        "    attrs = SourceAttrs(acl=('*',), modified_at=i)\n"
-        "    event = UpsertEvent(source_id=f's{i}', version=1, attrs=attrs, text=text + ' ' + tail)\n"
-        "    runner.process([event], outputs.extend)\n"
-        "assert any(o.topic == 'audit' for o in outputs), outputs"
-    )
-    assert _loaded_by(code, ("numpy", "streamdedup.core.engine")) == ["streamdedup.core.engine"]
+    assert _loaded_by(_ENGINE_RUN, ("numpy", "streamdedup.core.engine")) == ["streamdedup.core.engine"]
+
+
+def test_ascii_text_runs_without_the_unicode_pattern_module():
+    # Normalization's Unicode pattern (the regex module) is for text that is not ASCII, and loads with the first.
+    assert _loaded_by(_ENGINE_RUN, ("regex",)) == []
+    not_ascii = "assert normalize('\u00bfQu\u00e9?  TAL') == 'qu\u00e9 tal'"
+    assert _loaded_by(_ENGINE_RUN + not_ascii, ("regex",)) == ["regex"]
 
 
 def test_a_run_without_watch_loads_no_file_watcher():
