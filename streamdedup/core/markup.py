@@ -27,12 +27,11 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from selectolax.lexbor import LexborHTMLParser, LexborNode
-
 from streamdedup.core.nesting import too_deep
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
+    from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 __all__ = ["MAX_HTML_DEPTH", "Block", "blocks", "paragraphs", "plain_text"]
 
@@ -45,6 +44,13 @@ def _markdown() -> MarkdownIt:
     from markdown_it import MarkdownIt
 
     return MarkdownIt("commonmark").enable("table")
+
+
+def _html_parser(html: str) -> LexborHTMLParser:
+    """Parse ``html`` with lexbor, loaded on first use (a run of plain text or Markdown never loads it)."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    return LexborHTMLParser(html)
 
 
 _SPACES = re.compile(r"[ \t]{2,}")
@@ -279,7 +285,7 @@ def _html_text(node: LexborNode) -> str:
 def _html_fragment_text(html: str) -> str:
     if too_deep(html, limit=MAX_HTML_DEPTH):
         return _clean(_tags_removed(html))
-    parser = LexborHTMLParser(f"<body>{html}</body>")
+    parser = _html_parser(f"<body>{html}</body>")
     return _html_text(parser.body) if parser.body is not None else ""
 
 
@@ -287,7 +293,7 @@ def _html_blocks(text: str) -> Iterator[Block]:
     if too_deep(text, limit=MAX_HTML_DEPTH):
         yield from (Block("paragraph", part, part) for part in paragraphs(_tags_removed(text)))
         return
-    parser = LexborHTMLParser(text)
+    parser = _html_parser(text)
     if parser.body is not None:
         yield from _html_walk(parser.body)
 

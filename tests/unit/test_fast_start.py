@@ -75,9 +75,12 @@ def test_the_engine_runs_without_numpy():
     assert _loaded_by(_ENGINE_RUN, ("numpy", "streamdedup.core.engine")) == ["streamdedup.core.engine"]
 
 
-def test_ascii_text_runs_without_the_unicode_pattern_module():
-    # Normalization's Unicode pattern (the regex module) is for text that is not ASCII, and loads with the first.
-    assert _loaded_by(_ENGINE_RUN, ("regex",)) == []
+def test_plain_ascii_text_runs_without_the_html_parser_or_the_unicode_pattern_module():
+    # Normalization's Unicode pattern (the regex module) is for text that is not ASCII, and loads with the first;
+    # the HTML parser loads with the first HTML.
+    assert _loaded_by(_ENGINE_RUN, ("regex", "selectolax.lexbor")) == []
+    html = "from streamdedup.core.markup import plain_text\nassert plain_text('<p>a</p>', 'text/html') == 'a'"
+    assert _loaded_by(_ENGINE_RUN + html, ("regex", "selectolax.lexbor")) == ["selectolax.lexbor"]
     not_ascii = "assert normalize('\u00bfQu\u00e9?  TAL') == 'qu\u00e9 tal'"
     assert _loaded_by(_ENGINE_RUN + not_ascii, ("regex",)) == ["regex"]
 
