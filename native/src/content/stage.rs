@@ -2594,6 +2594,20 @@ impl<'a, 'py> Batch<'a, 'py> {
                 .collect();
             self.index(&works, &indexed, &mut ids)?;
         }
+        // A content that heard from the band stage or a verification may now tell its sources of a new chunk
+        // (`tell_sources`), which reads the ref of each source it lists: read those of the batch in one call.
+        let mut told: Vec<String> = Vec::new();
+        let mut seen_told = HashSet::default();
+        for message in &messages {
+            if matches!(message, In::Ack(_) | In::Result(_)) && seen_told.insert(message.key()) {
+                for r in &works[message.key()].record.top {
+                    told.push(ref_key(message.key(), &r.source_id));
+                }
+            }
+        }
+        told.sort_unstable();
+        told.dedup();
+        self.prefetch_refs(told)?;
         let mut marked: BTreeSet<String> = BTreeSet::new();
         for (key, work) in works.iter_mut() {
             if only_asked.contains(key) && self.answer_unchanged(work)? {
