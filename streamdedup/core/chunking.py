@@ -12,10 +12,10 @@ sentence ends (lines, for code) into pieces of at most that size. Pre-chunked in
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from streamdedup.core.markup import blocks
+from streamdedup.core.markup import Block, blocks
 
 __all__ = ["Chunk", "chunk_document"]
 
@@ -68,10 +68,14 @@ def chunk_document(
     *,
     max_chars: int,
     keep_line: Callable[[str], bool] | None = None,
+    parsed: Sequence[Block] | None = None,
 ) -> list[Chunk]:
-    """Chunk a document; ``keep_line`` (given the plain text of a line) can drop boilerplate lines first."""
+    """Chunk a document; ``keep_line`` (given the plain text of a line) can drop boilerplate lines first.
+
+    ``parsed`` is the document's :func:`blocks`, where the caller has them already.
+    """
     units: list[tuple[str, str, str]] = []
-    for block in blocks(text, content_type):
+    for block in blocks(text, content_type) if parsed is None else parsed:
         original, plain = block.original, block.plain
         if keep_line is not None:
             lines = plain.split("\n")

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
 from streamdedup.codec import encode_event
-from streamdedup.core import _native
+from streamdedup.core import _native, markup
 from streamdedup.core.engine import Engine
 from streamdedup.core.markup import blocks
 from streamdedup.core.model import DecisionEvent, SourceAttrs, UpsertEvent
@@ -198,3 +198,19 @@ def test_a_documents_lines_are_keyed_the_same_by_the_compiled_path_and_the_pytho
     if text.isascii():
         assert _native.line_hashes(text, longest) == _kept_lines(text, longest)
     assert _native.line_hashes("caf\u00e9", longest) is None
+
+
+def test_the_source_stage_parses_a_documents_markup_once_for_its_chunks_and_its_lines(monkeypatch):
+    parses = []
+    parse = markup._markdown_blocks
+    monkeypatch.setattr(markup, "_markdown_blocks", lambda text: parses.append(text) or parse(text))
+    text = "# Title\n\nA first paragraph of the page.\n\nCopyright Acme Corp, all rights reserved."
+    event = UpsertEvent(
+        source_id="page", version=1, attrs=SourceAttrs(acl=("*",), modified_at=1), text=text,
+        content_type="text/markdown",
+    )  # fmt: skip
+    outputs = []
+    EmbeddedRunner(Engine(EngineParams()), MemoryStore()).process([event], outputs.extend)
+    assert parses == [text]
+    mapping = next(o.value for o in outputs if o.topic == "source-mappings")
+    assert len(mapping["chunks"]) == 2  # the heading joins the paragraph it introduces

@@ -16,7 +16,7 @@ import msgspec
 
 from streamdedup.core import _native
 from streamdedup.core.chunking import Chunk, chunk_document
-from streamdedup.core.markup import blocks, plain_text
+from streamdedup.core.markup import Block, blocks, plain_text
 from streamdedup.core.messages import (
     BoilerplateUpdate,
     ContentStatus,
@@ -52,23 +52,35 @@ _SNAPSHOT_PREFIX = "\x00boilerplate\x00"
 
 
 def document_chunks(
-    event: UpsertEvent, params: EngineParams, keep_line: Callable[[str], bool] | None = None
+    event: UpsertEvent,
+    params: EngineParams,
+    keep_line: Callable[[str], bool] | None = None,
+    parsed: Sequence[Block] | None = None,
 ) -> list[Chunk]:
-    """Return the chunks of an upsert: its ``chunks`` as given, or its ``text`` chunked."""
+    """Return the chunks of an upsert: its ``chunks`` as given, or its ``text`` chunked (from ``parsed`` if given)."""
     if event.chunks is not None:
         return [Chunk(c, plain_text(c, event.content_type)) for c in event.chunks]
     return chunk_document(
-        event.text or "", event.content_type, max_chars=params.max_chunk_chars, keep_line=keep_line
+        event.text or "",
+        event.content_type,
+        max_chars=params.max_chunk_chars,
+        keep_line=keep_line,
+        parsed=parsed,
     )
 
 
-def document_lines(event: UpsertEvent, params: EngineParams) -> dict[str, str]:
-    """Return the normalized lines a text upsert counts in its collection's boilerplate statistics."""
+def document_lines(
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None = None
+) -> dict[str, str]:
+    """Return the normalized lines a text upsert counts in its collection's boilerplate statistics.
+
+    ``parsed`` is the text's :func:`blocks`, where the caller has them already.
+    """
     if event.chunks is not None or params.boilerplate_min_docs == 0:
         return {}
     found: dict[str, str] = {}
     longest = params.boilerplate_max_line_chars
-    for block in blocks(event.text or "", event.content_type):
+    for block in blocks(event.text or "", event.content_type) if parsed is None else parsed:
         plain = block.plain
         if plain.isascii():  # compiled: the same keys and lines as the loop below, in one call
             found.update(_native.line_hashes(plain, longest))  # type: ignore[arg-type]  # not None: ASCII
@@ -245,8 +257,10 @@ class SourceStage:
                 def keep_line(line: str) -> bool:
                     return line_hash(normalize(line)) not in known
 
-            chunks = document_chunks(event, self._params, keep_line)
-            self._report_lines(record, event, out)
+            # The text's blocks, parsed once for its chunks and its lines.
+            parsed = None if event.chunks is not None else blocks(event.text or "", event.content_type)
+            chunks = document_chunks(event, self._params, keep_line, parsed)
+            self._report_lines(record, event, out, parsed)
             norms = [normalize(c.plain) for c in chunks]
             record.version, record.deleted = event.version, False
             attrs = event.attrs
@@ -280,8 +294,14 @@ class SourceStage:
         record.statuses = {h: s for h, s in record.statuses.items() if h in new}
         return True
 
-    def _report_lines(self, record: SourceRecord, event: UpsertEvent, out: list[Message | Output]) -> None:
-        lines = document_lines(event, self._params)
+    def _report_lines(
+        self,
+        record: SourceRecord,
+        event: UpsertEvent,
+        out: list[Message | Output],
+        parsed: Sequence[Block] | None,
+    ) -> None:
+        lines = document_lines(event, self._params, parsed)
         old = set(record.lines) if record.lines_collection else set()
         if record.lines_collection and record.lines_collection != event.collection:
             gone = tuple(sorted(old))
