@@ -80,15 +80,19 @@ def document_lines(
         return {}
     found: dict[str, str] = {}
     longest = params.boilerplate_max_line_chars
+    ascii_blocks: list[str] = []
     for block in blocks(event.text or "", event.content_type) if parsed is None else parsed:
         plain = block.plain
-        if plain.isascii():  # compiled: the same keys and lines as the loop below, in one call
-            found.update(_native.line_hashes(plain, longest))  # type: ignore[arg-type]  # not None: ASCII
+        if plain.isascii():
+            ascii_blocks.append(plain)
             continue
         for line in plain.split("\n"):
             normalized = normalize(line)
             if normalized and len(normalized) <= longest:
                 found[line_hash(normalized)] = normalized
+    if ascii_blocks:
+        # Compiled: the same keys and lines as the loop above, for the ASCII blocks' lines all in one call.
+        found.update(_native.line_hashes("\n".join(ascii_blocks), longest))  # type: ignore[arg-type]  # ASCII
     return found
 
 
