@@ -484,6 +484,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(lines::count_lines, module)?)?;
     module.add_function(wrap_pyfunction!(text::normalize_ascii, module)?)?;
     module.add_function(wrap_pyfunction!(text::line_hashes, module)?)?;
+    module.add_function(wrap_pyfunction!(text::mapping_prints, module)?)?;
     module.add_function(wrap_pyfunction!(content::content_reencode, module)?)?;
     Ok(())
 }

@@ -3,7 +3,10 @@
 import typing
 
 import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
 
+from streamdedup.core import _native
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import (
     _ROUTES,
@@ -24,7 +27,8 @@ from streamdedup.core.model import AclEvent, DeleteEvent
 from streamdedup.core.normalize import content_hash
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
-from streamdedup.core.state import SourceRecord
+from streamdedup.core.stages.source import _fingerprint
+from streamdedup.core.state import MappingEntry, SourceRecord
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
 from tests.helpers import upsert
@@ -177,3 +181,23 @@ def test_every_message_kind_has_the_stage_route_names():
             assert STAGE_OF[kind] == routed[0]
     assert STAGE_OF[BandJoin] == STAGE_OF[BandLeave] == "band"
     assert STAGE_OF[BoilerplateUpdate] == "source"
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=70),
+            st.text(max_size=70),
+            st.sampled_from(["canonical", "exact", "near"]),
+            st.one_of(
+                st.floats(),
+                st.floats(0, 1),
+                st.sampled_from([1.0, 0.0, -0.0, 1e-05, 1e16, 0.8571428571428571]),
+            ),
+        ),
+        max_size=8,
+    )
+)
+def test_the_compiled_mapping_fingerprints_are_the_pythons(entries):
+    mapping = [MappingEntry(i, h, c, r, j) for i, (h, c, r, j) in enumerate(entries)]
+    assert _native.mapping_prints(entries) == b"".join(_fingerprint(e) for e in mapping)
