@@ -24,7 +24,7 @@ from rich.table import Table
 
 from streamdedup.cli.materialize import materialize_topics, read_file
 from streamdedup.cli.progress import progress_bar
-from streamdedup.codec import encode_output_line, encode_output_value
+from streamdedup.codec import encode_output_lines, encode_output_value
 from streamdedup.core.messages import Output
 from streamdedup.core.view import COMPACTED_TOPICS
 from streamdedup.drivers.kafka.admin import KafkaUnavailableError
@@ -112,7 +112,7 @@ class _FileApplier:
     def _deliver(self, reviews: Sequence[Output]) -> None:
         if reviews:
             with self.reviews.open("ab") as handle:
-                handle.write(b"".join(encode_output_line(r) for r in reviews))
+                handle.write(encode_output_lines(reviews))
                 handle.flush()
         self.faults.passed("index-sink-written")
 

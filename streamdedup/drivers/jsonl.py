@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
-from streamdedup.codec import DEFAULT_LIMITS, EventLimits, dead_letter, decode_event, encode_output_line
+from streamdedup.codec import DEFAULT_LIMITS, EventLimits, dead_letter, decode_event, encode_output_lines
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.core.model import InputEvent
@@ -96,7 +96,7 @@ class FileSink:
 
     def __call__(self, outputs: list[Output]) -> dict[str, bytes] | None:
         """Write ``outputs`` and make them durable; return the metadata to commit with the batch's state."""
-        self._handle.write(b"".join(encode_output_line(o) for o in outputs))
+        self._handle.write(encode_output_lines(outputs))
         self._handle.flush()
         if self._stdout:
             return None

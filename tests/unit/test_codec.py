@@ -10,6 +10,7 @@ from streamdedup.codec import (
     decode_event,
     encode_event,
     encode_output_line,
+    encode_output_lines,
     event_from_data,
     parse_timestamp,
 )
@@ -139,6 +140,23 @@ def test_encode_then_decode_round_trips(fields):
 def test_output_line_is_one_json_object_per_line():
     line = encode_output_line(Output("source-mappings", "a", None))
     assert line == b'{"topic":"source-mappings","key":"a","value":null}\n'
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    st.lists(
+        st.builds(Output, st.text(), st.none() | st.text(), st.none() | st.dictionaries(st.text(), _JSON)),
+        max_size=5,
+    )
+)
+def test_a_batch_of_output_lines_is_the_lines_one_by_one(outputs):
+    assert encode_output_lines(outputs) == b"".join(encode_output_line(o) for o in outputs)
 
 
 SMALL = EventLimits(depth=6, chunks=3, chunk_chars=10, acl=2, principal_chars=5, string_chars=8)
