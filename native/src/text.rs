@@ -86,6 +86,17 @@ pub fn normalized_ascii(text: &str) -> Option<String> {
     Some(out)
 }
 
+/// The BLAKE2b digest of `data` with an 8-byte output (Python's `hashlib.blake2b(data, digest_size=8)`).
+fn blake2b_64(data: &[u8]) -> [u8; 8] {
+    let mut hasher = Blake2bVar::new(8).expect("8 bytes is a valid BLAKE2b size");
+    hasher.update(data);
+    let mut digest = [0u8; 8];
+    hasher
+        .finalize_variable(&mut digest)
+        .expect("the buffer has the digest's size");
+    digest
+}
+
 /// line_hashes(text, max_chars)
 /// --
 ///
@@ -105,13 +116,7 @@ pub fn line_hashes(text: PyBackedStr, max_chars: usize) -> Option<Vec<(String, S
         if normalized.is_empty() || normalized.len() > max_chars {
             continue;
         }
-        let mut hasher = Blake2bVar::new(8).expect("8 bytes is a valid BLAKE2b size");
-        hasher.update(normalized.as_bytes());
-        let mut digest = [0u8; 8];
-        hasher
-            .finalize_variable(&mut digest)
-            .expect("the buffer has the digest's size");
-        found.push((crate::hex(&digest), normalized));
+        found.push((crate::hex(&blake2b_64(normalized.as_bytes())), normalized));
     }
     Some(found)
 }
@@ -158,13 +163,7 @@ pub fn mapping_prints<'py>(
             text.push_str(part);
         }
         text.push_str(&py_float_repr(*jaccard));
-        let mut hasher = Blake2bVar::new(8).expect("8 bytes is a valid BLAKE2b size");
-        hasher.update(text.as_bytes());
-        let mut digest = [0u8; 8];
-        hasher
-            .finalize_variable(&mut digest)
-            .expect("the buffer has the digest's size");
-        out.extend_from_slice(&digest);
+        out.extend_from_slice(&blake2b_64(text.as_bytes()));
     }
     pyo3::types::PyBytes::new(py, &out)
 }
