@@ -124,7 +124,7 @@ pub fn line_hashes(text: PyBackedStr, max_chars: usize) -> Option<Vec<(String, S
 /// Python's `repr` of a float: the shortest digits that read back as `x`, in positional form for exponents from
 /// -4 to 15 and else as `1.5e-07` or `1e+16` (Rust's `Debug` picks the same digits and the same forms, but writes
 /// the exponent bare: `1.5e-7`, `1e16`).
-pub fn py_float_repr(x: f64) -> String {
+fn py_float_repr(x: f64) -> String {
     if x.is_nan() {
         return "nan".to_owned();
     }
