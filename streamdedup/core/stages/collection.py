@@ -33,6 +33,7 @@ from streamdedup.core.state import (
     PartitionState,
     Table,
     reader,
+    write_all,
 )
 
 if TYPE_CHECKING:
@@ -117,11 +118,7 @@ class CollectionStage:
                 updates, reader(state), docs, watch, self._params.boilerplate_min_docs,
                 self._params.boilerplate_fraction,
             )  # fmt: skip
-            for key, raw in writes:
-                if raw is None:
-                    state.delete(key)
-                else:
-                    state.put(key, raw)
+            write_all(state, writes)
             for collection, total in totals.items():
                 collections.get_or_new(collection_key(collection)).docs = total
                 collections.mark(collection_key(collection))
