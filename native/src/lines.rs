@@ -154,7 +154,8 @@ pub fn count_lines<'py>(
     }
     let names: Vec<Bound<'py, PyString>> =
         keys.names.iter().map(|k| PyString::new(py, k)).collect();
-    let stored: Vec<Option<Vec<u8>>> = read.call1((names.clone(),))?.extract()?;
+    // The values as the Python bytes the read returned: each is decoded in place, once, not copied first.
+    let stored: Vec<Option<Bound<'py, PyBytes>>> = read.call1((names.clone(),))?.extract()?;
     if stored.len() != names.len() {
         return Err(PyValueError::new_err("read returned a value per key"));
     }
@@ -261,13 +262,13 @@ pub fn count_lines<'py>(
 /// The record in `cell` (None where absent), decoded from `raw` on first use.
 fn loaded<'a, T>(
     cell: &'a mut Option<Option<T>>,
-    raw: &Option<Vec<u8>>,
+    raw: &Option<Bound<'_, PyBytes>>,
     key: &str,
     decode: fn(&[u8], &str) -> PyResult<T>,
 ) -> PyResult<&'a mut Option<T>> {
     if cell.is_none() {
         *cell = Some(match raw {
-            Some(raw) => Some(decode(raw, key)?),
+            Some(raw) => Some(decode(raw.as_bytes(), key)?),
             None => None,
         });
     }

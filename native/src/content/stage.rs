@@ -411,11 +411,13 @@ impl<'a, 'py> Batch<'a, 'py> {
 
     // -- state ---------------------------------------------------------------------------------------------------
 
-    fn read_many(&self, keys: &[String]) -> PyResult<Vec<Option<Vec<u8>>>> {
+    /// The stored values of `keys`, in order, as the Python bytes the read returned (decoded in place, not copied).
+    fn read_many(&self, keys: &[String]) -> PyResult<Vec<Option<Bound<'py, PyBytes>>>> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
-        let found: Vec<Option<Vec<u8>>> = self.read.call1((keys.to_vec(),))?.extract()?;
+        let found: Vec<Option<Bound<'py, PyBytes>>> =
+            self.read.call1((PyList::new(self.py, keys)?,))?.extract()?;
         if found.len() != keys.len() {
             return Err(PyValueError::new_err("read returned a value per key"));
         }
@@ -430,7 +432,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         let raws = self.read_many(&wanted)?;
         for (key, raw) in wanted.into_iter().zip(raws) {
             let entry = match raw {
-                Some(raw) => Some(decode_ref(&raw, &key)?),
+                Some(raw) => Some(decode_ref(raw.as_bytes(), &key)?),
                 None => None,
             };
             self.refs.insert(key, entry);
@@ -2356,7 +2358,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         for (key, raw) in wanted.into_iter().zip(raws) {
             let entry = match raw {
                 Some(raw) => {
-                    let mut r = MpReader::new(&raw);
+                    let mut r = MpReader::new(raw.as_bytes());
                     Some(ContentIds::decode(&mut r).map_err(|e| {
                         PyValueError::new_err(format!("malformed ids record at {key:?}: {e}"))
                     })?)
@@ -2516,7 +2518,8 @@ impl<'a, 'py> Batch<'a, 'py> {
         let distinct = keys.len();
         for (key, raw) in keys.into_iter().zip(raws) {
             if let Some(raw) = raw {
-                let mut r = MpReader::new(&raw);
+                let raw = raw.as_bytes();
+                let mut r = MpReader::new(raw);
                 let record = ContentRecord::decode(&mut r).map_err(|e| {
                     PyValueError::new_err(format!("malformed content record at {key:?}: {e}"))
                 })?;
