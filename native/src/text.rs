@@ -3,8 +3,6 @@
 //! words joined by one space; and the boilerplate keys of a document's lines
 //! (`streamdedup.core.stages.source.document_lines`).
 
-use blake2::digest::{Update, VariableOutput};
-use blake2::Blake2bVar;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 
@@ -88,13 +86,14 @@ pub fn normalized_ascii(text: &str) -> Option<String> {
 
 /// The BLAKE2b digest of `data` with an 8-byte output (Python's `hashlib.blake2b(data, digest_size=8)`).
 fn blake2b_64(data: &[u8]) -> [u8; 8] {
-    let mut hasher = Blake2bVar::new(8).expect("8 bytes is a valid BLAKE2b size");
-    hasher.update(data);
     let mut digest = [0u8; 8];
-    hasher
-        .finalize_variable(&mut digest)
-        .expect("the buffer has the digest's size");
+    digest.copy_from_slice(blake2b(data, 8).as_bytes());
     digest
+}
+
+/// The BLAKE2b digest of `data` with a `size`-byte output, by the SIMD implementation the CPU has.
+pub(crate) fn blake2b(data: &[u8], size: usize) -> blake2b_simd::Hash {
+    blake2b_simd::Params::new().hash_length(size).hash(data)
 }
 
 /// line_hashes(text, max_chars)

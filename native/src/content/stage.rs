@@ -5,8 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
-use blake2::digest::{Update, VariableOutput};
-use blake2::Blake2bVar;
 use indexmap::IndexMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -1610,13 +1608,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         w.str("source_count");
         w.int(source_count);
-        let mut hasher = Blake2bVar::new(16).expect("16 bytes is a valid BLAKE2b size");
-        hasher.update(&w.out);
-        let mut digest = [0u8; 16];
-        hasher
-            .finalize_variable(&mut digest)
-            .expect("the buffer has the digest's size");
-        let digest = crate::hex(&digest);
+        let digest = crate::hex(crate::text::blake2b(&w.out, 16).as_bytes());
         if digest == record.record_digest {
             return Ok((digest, None));
         }
