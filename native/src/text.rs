@@ -43,8 +43,9 @@ fn is_punctuation(byte: u8) -> bool {
     )
 }
 
-/// The normalized form of ASCII bytes, appended to `out`.
-fn normalize_into(bytes: &[u8], out: &mut String) {
+/// The normalized form of ASCII bytes: each word lowered into the output whole, not a character at a time.
+fn normalize_bytes(bytes: &[u8]) -> String {
+    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
     for raw in bytes.split(|&b| is_space(b)) {
         let Some(start) = raw.iter().position(|&b| !is_punctuation(b)) else {
             continue;
@@ -54,14 +55,14 @@ fn normalize_into(bytes: &[u8], out: &mut String) {
             .rposition(|&b| !is_punctuation(b))
             .map_or(start, |e| e + 1);
         if !out.is_empty() {
-            out.push(' ');
+            out.push(b' ');
         }
-        out.extend(
-            raw[start..end]
-                .iter()
-                .map(|&b| char::from(b.to_ascii_lowercase())),
-        );
+        let at = out.len();
+        out.extend_from_slice(&raw[start..end]);
+        out[at..].make_ascii_lowercase();
     }
+    // Cut only at ASCII bytes and lowered only there, UTF-8 stays UTF-8.
+    String::from_utf8(out).expect("normalizing UTF-8 gives UTF-8")
 }
 
 /// normalize_ascii(text)
@@ -79,9 +80,7 @@ pub fn normalized_ascii(text: &str) -> Option<String> {
     if !bytes.is_ascii() {
         return None;
     }
-    let mut out = String::with_capacity(bytes.len());
-    normalize_into(bytes, &mut out);
-    Some(out)
+    Some(normalize_bytes(bytes))
 }
 
 /// The BLAKE2b digest of `data` with an 8-byte output (Python's `hashlib.blake2b(data, digest_size=8)`).
@@ -110,8 +109,7 @@ pub fn line_hashes(text: PyBackedStr, max_chars: usize) -> Option<Vec<(String, S
     }
     let mut found = Vec::new();
     for line in bytes.split(|&b| b == b'\n') {
-        let mut normalized = String::new();
-        normalize_into(line, &mut normalized);
+        let normalized = normalize_bytes(line);
         if normalized.is_empty() || normalized.len() > max_chars {
             continue;
         }
