@@ -1,13 +1,13 @@
 //! The compiled kernels of streamdedup (`streamdedup._native`): MinHash signatures of a batch of texts, their LSH
 //! band hashes, Kafka's partitioner hash, the content stage's batch (`content/`), the band stage's batch
-//! (`bands.rs`), the collection stage's line counts (`lines.rs`), the normalization of ASCII text (`text.rs`) and a
-//! store commit's loop over its changes (`batch.rs`).
+//! (`bands.rs`), the collection stage's line counts (`lines.rs`), the normalization of ASCII text (`text.rs`), a
+//! source's mapping (`mapping.rs`) and a store commit's loop over its changes (`batch.rs`).
 //!
 //! Each kernel has a NumPy or pure-Python twin in the package that gives the same results
 //! (`streamdedup.core.numpy_kernels`, `streamdedup.core.partitioning.murmur2`,
 //! `streamdedup.core.stages.content.ContentStageInPython`,
 //! `streamdedup.core.stages.bands.apply_in_python`, `streamdedup.core.stages.collection.count_in_python`,
-//! `streamdedup.core.normalize.words`);
+//! `streamdedup.core.normalize.words`, `streamdedup.core.stages.source.mapping_in_python`);
 //! the tests compare them on random and hostile input. The hash functions are spelled out in
 //! `streamdedup/core/signatures.py`. The commit loop has none: the store contract tests read back what it wrote.
 
@@ -25,6 +25,7 @@ mod bands;
 mod batch;
 mod content;
 mod lines;
+mod mapping;
 mod text;
 
 use pyo3::buffer::{Element, PyBuffer};
@@ -484,7 +485,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(lines::count_lines, module)?)?;
     module.add_function(wrap_pyfunction!(text::normalize_ascii, module)?)?;
     module.add_function(wrap_pyfunction!(text::line_hashes, module)?)?;
-    module.add_function(wrap_pyfunction!(text::mapping_prints, module)?)?;
+    module.add_function(wrap_pyfunction!(mapping::source_mapping, module)?)?;
     module.add_function(wrap_pyfunction!(content::content_reencode, module)?)?;
     Ok(())
 }

@@ -84,7 +84,7 @@ pub fn normalized_ascii(text: &str) -> Option<String> {
 }
 
 /// The BLAKE2b digest of `data` with an 8-byte output (Python's `hashlib.blake2b(data, digest_size=8)`).
-fn blake2b_64(data: &[u8]) -> [u8; 8] {
+pub(crate) fn blake2b_64(data: &[u8]) -> [u8; 8] {
     let mut digest = [0u8; 8];
     digest.copy_from_slice(blake2b(data, 8).as_bytes());
     digest
@@ -116,51 +116,4 @@ pub fn line_hashes(text: PyBackedStr, max_chars: usize) -> Option<Vec<(String, S
         found.push((crate::hex(&blake2b_64(normalized.as_bytes())), normalized));
     }
     Some(found)
-}
-
-/// Python's `repr` of a float: the shortest digits that read back as `x`, in positional form for exponents from
-/// -4 to 15 and else as `1.5e-07` or `1e+16` (Rust's `Debug` picks the same digits and the same forms, but writes
-/// the exponent bare: `1.5e-7`, `1e16`).
-fn py_float_repr(x: f64) -> String {
-    if x.is_nan() {
-        return "nan".to_owned();
-    }
-    if x.is_infinite() {
-        return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
-    }
-    let debug = format!("{x:?}");
-    match debug.split_once('e') {
-        None => debug,
-        Some((mantissa, exponent)) => {
-            let (sign, digits) = match exponent.strip_prefix('-') {
-                Some(digits) => ('-', digits),
-                None => ('+', exponent),
-            };
-            format!("{mantissa}e{sign}{digits:0>2}")
-        }
-    }
-}
-
-/// mapping_prints(entries)
-/// --
-///
-/// The fingerprints of a source mapping's entries, 8 bytes each, in order: for each `(content_hash, chunk_id,
-/// relation, jaccard)`, the BLAKE2b-64 of `f"{content_hash}\x00{chunk_id}\x00{relation}\x00{jaccard!r}"`
-/// (`streamdedup.core.stages.source._fingerprint`, the twin the tests compare this with).
-#[pyfunction]
-pub fn mapping_prints<'py>(
-    py: Python<'py>,
-    entries: Vec<(PyBackedStr, PyBackedStr, PyBackedStr, f64)>,
-) -> Bound<'py, pyo3::types::PyBytes> {
-    let mut out = Vec::with_capacity(8 * entries.len());
-    let mut text = String::new();
-    for (content_hash, chunk_id, relation, jaccard) in &entries {
-        text.clear();
-        for part in [&**content_hash, "\0", &**chunk_id, "\0", &**relation, "\0"] {
-            text.push_str(part);
-        }
-        text.push_str(&py_float_repr(*jaccard));
-        out.extend_from_slice(&blake2b_64(text.as_bytes()));
-    }
-    pyo3::types::PyBytes::new(py, &out)
 }

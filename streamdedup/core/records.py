@@ -18,6 +18,8 @@ __all__ = [
     "chunk_value",
     "decision_audit_value",
     "decision_value",
+    "mapping_of_rows",
+    "mapping_row",
     "mapping_value",
     "review_key",
     "review_value",
@@ -104,21 +106,23 @@ def _member_order(policy: CanonicalPolicy, report: MemberReport) -> tuple[Any, .
 
 def mapping_value(source_id: str, version: int, entries: list[MappingEntry]) -> dict[str, Any]:
     """Return a ``source-mappings`` value."""
+    return mapping_of_rows(source_id, version, [mapping_row(e) for e in entries])
+
+
+def mapping_row(entry: MappingEntry) -> dict[str, Any]:
+    """Return one position's row of a ``source-mappings`` value."""
     return {
-        "schema": MAPPING_SCHEMA,
-        "source_id": source_id,
-        "version": version,
-        "chunks": [
-            {
-                "position": e.position,
-                "content_hash": e.content_hash,
-                "chunk_id": e.chunk_id,
-                "relation": e.relation,
-                "jaccard": round(e.jaccard, JACCARD_DIGITS),
-            }
-            for e in entries
-        ],
+        "position": entry.position,
+        "content_hash": entry.content_hash,
+        "chunk_id": entry.chunk_id,
+        "relation": entry.relation,
+        "jaccard": round(entry.jaccard, JACCARD_DIGITS),
     }
+
+
+def mapping_of_rows(source_id: str, version: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return a ``source-mappings`` value from its rows (:func:`mapping_row` of each position, in order)."""
+    return {"schema": MAPPING_SCHEMA, "source_id": source_id, "version": version, "chunks": rows}
 
 
 def review_value(

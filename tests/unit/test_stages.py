@@ -27,8 +27,8 @@ from streamdedup.core.model import AclEvent, DeleteEvent
 from streamdedup.core.normalize import content_hash
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
-from streamdedup.core.stages.source import _fingerprint
-from streamdedup.core.state import MappingEntry, SourceRecord
+from streamdedup.core.stages.source import _fingerprint, current_mapping, mapping_in_python
+from streamdedup.core.state import SourceRecord, StatusEntry
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
 from tests.helpers import upsert
@@ -183,21 +183,46 @@ def test_every_message_kind_has_the_stage_route_names():
     assert STAGE_OF[BoilerplateUpdate] == "source"
 
 
-@given(
-    st.lists(
-        st.tuples(
-            st.text(max_size=70),
-            st.text(max_size=70),
-            st.sampled_from(["canonical", "exact", "near"]),
-            st.one_of(
-                st.floats(),
-                st.floats(0, 1),
-                st.sampled_from([1.0, 0.0, -0.0, 1e-05, 1e16, 0.8571428571428571]),
-            ),
-        ),
-        max_size=8,
-    )
+_FLOATS = st.one_of(
+    st.floats(), st.floats(0, 1), st.sampled_from([1.0, 0.0, -0.0, 1e-05, 1e16, 0.8571428571428571])
 )
-def test_the_compiled_mapping_fingerprints_are_the_pythons(entries):
-    mapping = [MappingEntry(i, h, c, r, j) for i, (h, c, r, j) in enumerate(entries)]
-    assert _native.mapping_prints(entries) == b"".join(_fingerprint(e) for e in mapping)
+_HASHES = st.one_of(st.sampled_from(["h0", "h1", "h2"]), st.text(max_size=70))
+
+
+def _status(version: st.SearchStrategy[int]) -> st.SearchStrategy[StatusEntry]:
+    return st.builds(
+        StatusEntry,
+        seq=st.integers(0, 3),
+        version=version,
+        chunk_id=st.one_of(st.sampled_from(["", "=", "h1"]), st.text(max_size=70)),
+        relation=st.sampled_from(["canonical", "near"]),
+        jaccard=_FLOATS,
+        canonical_position=st.integers(-1, 8),
+    )
+
+
+@given(
+    st.lists(_HASHES, max_size=8),
+    st.dictionaries(_HASHES, _status(st.integers(1, 2)), max_size=6),
+    st.binary(max_size=72),
+    st.booleans(),
+    st.data(),
+)
+def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, sent, data):
+    version = 2
+    if data.draw(st.booleans(), label="every content answered for the version"):
+        statuses = {**statuses, **{h: data.draw(_status(st.just(version))) for h in chunks}}
+    expected = mapping_in_python(chunks, statuses, version, before, sent)
+    assert _native.source_mapping(chunks, statuses, version, before, sent) == expected
+    if expected is None:
+        return
+    prints, _ = expected
+    record = SourceRecord(version=version, chunks=chunks, statuses=statuses)
+    assert prints == b"".join(_fingerprint(e) for e in current_mapping("", record) or [])
+    assert len(prints) == 8 * len(chunks)
+    # Sent for this version and unchanged: nothing to send. Not sent for it: every row again, and no merge.
+    assert _native.source_mapping(chunks, statuses, version, prints, True) == (prints, None)
+    again = _native.source_mapping(chunks, statuses, version, prints, False)
+    assert again == mapping_in_python(chunks, statuses, version, prints, False)
+    assert again is not None and again[1] is not None and again[1][1] == []
+    assert [row["position"] for row in again[1][0]] == list(range(len(chunks)))

@@ -374,7 +374,7 @@ fn normalize(helpers: &Helpers, py: Python<'_>, text: &str) -> PyResult<String> 
 }
 
 /// Python's `round(x, 6)`.
-fn round6(x: f64) -> f64 {
+pub(crate) fn round6(x: f64) -> f64 {
     if !x.is_finite() {
         return x;
     }

@@ -9,8 +9,8 @@ source's mapping once every position's content has answered for the source's cur
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -31,7 +31,13 @@ from streamdedup.core.messages import (
 from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, UpsertEvent
 from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
-from streamdedup.core.records import audit_value, decision_audit_value, mapping_value, review_key
+from streamdedup.core.records import (
+    audit_value,
+    decision_audit_value,
+    mapping_of_rows,
+    mapping_row,
+    review_key,
+)
 from streamdedup.core.stages.collection import line_hash
 from streamdedup.core.state import (
     BoilerplateSnapshot,
@@ -46,7 +52,7 @@ from streamdedup.core.state import (
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
 
-__all__ = ["SourceStage", "current_mapping", "document_chunks", "document_lines"]
+__all__ = ["SourceStage", "current_mapping", "document_chunks", "document_lines", "mapping_in_python"]
 
 _SNAPSHOT_PREFIX = "\x00boilerplate\x00"
 
@@ -359,31 +365,60 @@ class SourceStage:
         record = table.get(source_id)
         if record is None or record.deleted:
             return
-        entries = current_mapping(source_id, record)
-        if entries is None:
-            return  # some content has not answered for this version yet
-        # Compiled: the bytes of _fingerprint of each entry, in one call.
-        mapped = _native.mapping_prints(
-            [(e.content_hash, e.chunk_id, e.relation, e.jaccard) for e in entries]
+        # Compiled: the mapping, its fingerprints and, if they changed, its rows, in one call (mapping_in_python).
+        found = _native.source_mapping(
+            record.chunks,
+            record.statuses,
+            record.version,
+            record.mapped,
+            record.mapped_version == record.version,
         )
-        if mapped == record.mapped and record.mapped_version == record.version:
+        if found is None:
+            return  # some content has not answered for this version yet
+        mapped, changed = found
+        if changed is None:
             return
-        before = record.mapped
-        for entry in entries:
-            at = entry.position * _PRINT
-            if entry.relation == "exact" and before[at : at + _PRINT] != mapped[at : at + _PRINT]:
-                out.append(
-                    Output(
-                        "audit",
-                        entry.chunk_id,
-                        audit_value(
-                            entry.chunk_id, "merge", "exact", source_id=source_id, position=entry.position
-                        ),
-                    )
+        rows, merged = changed
+        for position, chunk_id in merged:
+            out.append(
+                Output(
+                    "audit",
+                    chunk_id,
+                    audit_value(chunk_id, "merge", "exact", source_id=source_id, position=position),
                 )
+            )
         record.mapped, record.mapped_version = mapped, record.version
         table.mark(source_id)
-        out.append(Output("source-mappings", source_id, mapping_value(source_id, record.version, entries)))
+        out.append(Output("source-mappings", source_id, mapping_of_rows(source_id, record.version, rows)))
+
+
+Mapped = tuple[bytes, tuple[list[dict[str, Any]], list[tuple[int, str]]] | None]
+
+
+def mapping_in_python(
+    chunks: Sequence[str], statuses: Mapping[str, StatusEntry], version: int, before: bytes, sent: bool
+) -> Mapped | None:
+    """The twin of the compiled ``source_mapping`` that the tests compare it with.
+
+    A source's mapping for ``version`` from its chunks and its contents' statuses: None until every content
+    answered for that version. Else the fingerprint of each entry and, unless those equal ``before`` and ``sent``
+    says the mapping sent last was for this version, the rows of its ``source-mappings`` record with the
+    (position, chunk id) of each exact copy whose fingerprint is not the one ``before`` holds for its position.
+    """
+    record = SourceRecord(version=version, chunks=list(chunks), statuses=dict(statuses))
+    entries = current_mapping("", record)
+    if entries is None:
+        return None
+    mapped = b"".join(_fingerprint(e) for e in entries)
+    if sent and mapped == before:
+        return mapped, None
+    at = [slice(e.position * _PRINT, (e.position + 1) * _PRINT) for e in entries]
+    merged = [
+        (e.position, e.chunk_id)
+        for e, cut in zip(entries, at, strict=True)
+        if e.relation == "exact" and before[cut] != mapped[cut]
+    ]
+    return mapped, ([mapping_row(e) for e in entries], merged)
 
 
 def current_mapping(source_id: str, record: SourceRecord) -> list[MappingEntry] | None:

@@ -1,0 +1,154 @@
+//! A source's mapping (`streamdedup.core.stages.source`): what each of its positions maps to, from what its
+//! contents told it, with a fingerprint per position, and the rows of the `source-mappings` record when those
+//! changed. The twins the tests compare this with are `current_mapping`, `_fingerprint` and
+//! `records.mapping_value`.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+
+use crate::content::stage::round6;
+use crate::text::blake2b_64;
+
+/// Python's `repr` of a float: the shortest digits that read back as `x`, in positional form for exponents from
+/// -4 to 15 and else as `1.5e-07` or `1e+16` (Rust's `Debug` picks the same digits and the same forms, but writes
+/// the exponent bare: `1.5e-7`, `1e16`).
+fn py_float_repr(x: f64) -> String {
+    if x.is_nan() {
+        return "nan".to_owned();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
+    }
+    let debug = format!("{x:?}");
+    match debug.split_once('e') {
+        None => debug,
+        Some((mantissa, exponent)) => {
+            let (sign, digits) = match exponent.strip_prefix('-') {
+                Some(digits) => ('-', digits),
+                None => ('+', exponent),
+            };
+            format!("{mantissa}e{sign}{digits:0>2}")
+        }
+    }
+}
+
+/// The fingerprint of one mapping entry: the BLAKE2b-64 of
+/// `f"{content_hash}\x00{chunk_id}\x00{relation}\x00{jaccard!r}"` (`source._fingerprint`). `text` is scratch.
+fn fingerprint(
+    text: &mut String,
+    content_hash: &str,
+    chunk_id: &str,
+    relation: &str,
+    jaccard: f64,
+) -> [u8; 8] {
+    text.clear();
+    for part in [content_hash, "\0", chunk_id, "\0", relation, "\0"] {
+        text.push_str(part);
+    }
+    text.push_str(&py_float_repr(jaccard));
+    blake2b_64(text.as_bytes())
+}
+
+/// One position's entry: chunk id, relation and Jaccard similarity.
+struct Entry {
+    chunk_id: String,
+    relation: &'static str,
+    jaccard: f64,
+}
+
+/// The rows of a changed mapping, and the (position, chunk id) of each exact copy whose entry changed.
+type Changed<'py> = (Bound<'py, PyList>, Vec<(usize, String)>);
+
+/// source_mapping(chunks, statuses, version, before, sent)
+/// --
+///
+/// A source's mapping (`source.current_mapping`) from ``chunks`` (its content hash per position) and
+/// ``statuses`` (a `StatusEntry` per content hash), for its ``version``: None until every position's content
+/// answered for that version. Else ``(prints, changed)``: the fingerprint of each entry (8 bytes each), and,
+/// unless those equal ``before`` and ``sent`` says the mapping sent last was for this version, the rows of the
+/// `source-mappings` record (`records.mapping_value`'s ``chunks``) with the ``(position, chunk_id)`` of each exact
+/// copy whose fingerprint is not what ``before`` holds for its position.
+#[pyfunction]
+pub fn source_mapping<'py>(
+    py: Python<'py>,
+    chunks: Vec<Bound<'py, PyString>>,
+    statuses: &Bound<'py, PyDict>,
+    version: i64,
+    before: &[u8],
+    sent: bool,
+) -> PyResult<Option<(Bound<'py, PyBytes>, Option<Changed<'py>>)>> {
+    let mut entries = Vec::with_capacity(chunks.len());
+    for (position, content_hash) in chunks.iter().enumerate() {
+        let Some(status) = statuses.get_item(content_hash)? else {
+            return Ok(None);
+        };
+        let chunk_id: String = status.getattr(pyo3::intern!(py, "chunk_id"))?.extract()?;
+        if chunk_id.is_empty()
+            || status
+                .getattr(pyo3::intern!(py, "version"))?
+                .extract::<i64>()?
+                != version
+        {
+            return Ok(None);
+        }
+        let chunk_id = if chunk_id == "=" {
+            content_hash.to_str()?.to_owned()
+        } else {
+            chunk_id
+        };
+        let relation: String = status.getattr(pyo3::intern!(py, "relation"))?.extract()?;
+        let entry = if relation == "near" {
+            Entry {
+                chunk_id,
+                relation: "near",
+                jaccard: status.getattr(pyo3::intern!(py, "jaccard"))?.extract()?,
+            }
+        } else {
+            let canonical: i64 = status
+                .getattr(pyo3::intern!(py, "canonical_position"))?
+                .extract()?;
+            Entry {
+                chunk_id,
+                relation: if canonical == position as i64 {
+                    "canonical"
+                } else {
+                    "exact"
+                },
+                jaccard: 1.0,
+            }
+        };
+        entries.push(entry);
+    }
+    let mut prints = Vec::with_capacity(8 * entries.len());
+    let mut text = String::new();
+    for (content_hash, e) in chunks.iter().zip(&entries) {
+        let print = fingerprint(
+            &mut text,
+            content_hash.to_str()?,
+            &e.chunk_id,
+            e.relation,
+            e.jaccard,
+        );
+        prints.extend_from_slice(&print);
+    }
+    let prints_py = PyBytes::new(py, &prints);
+    if sent && prints == before {
+        return Ok(Some((prints_py, None)));
+    }
+    let rows = PyList::empty(py);
+    let mut merged = Vec::new();
+    for (position, (content_hash, e)) in chunks.iter().zip(&entries).enumerate() {
+        let at = position * 8;
+        if e.relation == "exact" && before.get(at..at + 8) != Some(&prints[at..at + 8]) {
+            merged.push((position, e.chunk_id.clone()));
+        }
+        let row = PyDict::new(py);
+        row.set_item(pyo3::intern!(py, "position"), position)?;
+        row.set_item(pyo3::intern!(py, "content_hash"), content_hash)?;
+        row.set_item(pyo3::intern!(py, "chunk_id"), &e.chunk_id)?;
+        row.set_item(pyo3::intern!(py, "relation"), e.relation)?;
+        row.set_item(pyo3::intern!(py, "jaccard"), round6(e.jaccard))?;
+        rows.append(row)?;
+    }
+    Ok(Some((prints_py, Some((rows, merged)))))
+}
