@@ -13,6 +13,9 @@ use crate::text::blake2b_64;
 /// -4 to 15 and else as `1.5e-07` or `1e+16` (Rust's `Debug` picks the same digits and the same forms, but writes
 /// the exponent bare: `1.5e-7`, `1e16`).
 fn py_float_repr(x: f64) -> String {
+    if x == 1.0 {
+        return "1.0".to_owned(); // the Jaccard value of every exact copy and canonical
+    }
     if x.is_nan() {
         return "nan".to_owned();
     }
@@ -146,7 +149,12 @@ pub fn source_mapping<'py>(
         row.set_item(pyo3::intern!(py, "position"), position)?;
         row.set_item(pyo3::intern!(py, "content_hash"), content_hash)?;
         row.set_item(pyo3::intern!(py, "chunk_id"), &e.chunk_id)?;
-        row.set_item(pyo3::intern!(py, "relation"), e.relation)?;
+        let relation = match e.relation {
+            "canonical" => pyo3::intern!(py, "canonical"),
+            "exact" => pyo3::intern!(py, "exact"),
+            _ => pyo3::intern!(py, "near"),
+        };
+        row.set_item(pyo3::intern!(py, "relation"), relation)?;
         row.set_item(pyo3::intern!(py, "jaccard"), round6(e.jaccard))?;
         rows.append(row)?;
     }

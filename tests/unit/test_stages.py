@@ -23,12 +23,13 @@ from streamdedup.core.messages import (
     VerifyRequest,
     content_id,
 )
-from streamdedup.core.model import AclEvent, DeleteEvent
+from streamdedup.core.model import AclEvent, DeleteEvent, SourceAttrs, UpsertEvent, format_timestamp
 from streamdedup.core.normalize import content_hash
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
 from streamdedup.core.stages.source import _fingerprint, current_mapping, mapping_in_python
 from streamdedup.core.state import SourceRecord, StatusEntry
+from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
 from tests.helpers import upsert
@@ -226,3 +227,12 @@ def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, se
     assert again == mapping_in_python(chunks, statuses, version, prints, False)
     assert again is not None and again[1] is not None and again[1][1] == []
     assert [row["position"] for row in again[1][0]] == list(range(len(chunks)))
+
+
+@given(st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999))
+def test_a_chunk_record_writes_a_sources_time_as_the_model_formats_it(micros):
+    attrs = SourceAttrs(acl=("*",), modified_at=micros)
+    event = UpsertEvent(source_id="s", version=1, attrs=attrs, chunks=("some words of one chunk",))
+    outputs = EmbeddedRunner(Engine(EngineParams()), MemoryStore()).process([event], lambda _: None)
+    (chunk,) = [o.value for o in outputs if o.topic == "canonical-chunks"]
+    assert chunk["sources"][0]["modified_at"] == format_timestamp(micros)
