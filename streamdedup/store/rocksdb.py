@@ -41,6 +41,7 @@ _MEMTABLE_BLOOM_RATIO = 0.02
 # for the same size; over the growth run to 972,800 positions, RocksDB's background threads used 90 instead of
 # 146 s of CPU; the Django state is 1,160 instead of 1,151 bytes per unique chunk (level 2: 79 s and 1,172 bytes).
 _ZSTD_LEVEL = 3
+_LEVELS = 7  # RocksDB's default number of levels
 _ZSTD_DICT_BYTES = 64 * 1024
 _ZSTD_TRAIN_BYTES = 16 * _ZSTD_DICT_BYTES
 
@@ -56,6 +57,11 @@ def _options(cache: rocksdict.Cache | None = None, write_buffer: int | None = No
     options.create_if_missing(True)
     options.create_missing_column_families(True)
     options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    # Level 0, what a flush writes, is not compressed: its files are compacted to the levels below soon after, which
+    # compress what they write, and a flush, which a close waits for, then only copies the memtable to disk.
+    options.set_compression_per_level(
+        [rocksdict.DBCompressionType.none()] + [rocksdict.DBCompressionType.lz4()] * (_LEVELS - 1)
+    )
     # The bottom level holds nearly all of the data once it settles: zstd codes it about twice as small as lz4
     # (hex hashes and text compress far better with an entropy coder), and only compaction pays for it.
     options.set_bottommost_compression_type(rocksdict.DBCompressionType.zstd())
