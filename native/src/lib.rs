@@ -385,7 +385,15 @@ struct Scheme {
 /// What `Scheme.features` returns for one text: distinct shingles, band keys, sketch.
 type TextFeatures<'py> = (i64, Option<Vec<String>>, Bound<'py, PyBytes>);
 
-/// What `Scheme.features` computes for one text.
+/// The `width` last decimal digits of a non-negative `value`, zero-padded, written without the formatting machinery.
+pub(crate) fn push_digits(text: &mut String, value: i64, width: u32) {
+    let mut divisor = 10_i64.pow(width - 1);
+    while divisor > 0 {
+        text.push(char::from(b'0' + (value / divisor % 10) as u8));
+        divisor /= 10;
+    }
+}
+
 /// A band key as ``SignatureScheme.band_keys`` spells it: the band as three decimal digits, then the band's hash
 /// as 16 hex digits (written directly: through the formatting machinery, the keys of a new text took some 25,000
 /// instructions).
@@ -395,15 +403,14 @@ fn band_key(band: usize, hash: u64) -> String {
         return format!("{band:03}{hash:016x}"); // more digits than three: rare enough for the slow way
     }
     let mut key = String::with_capacity(19);
-    key.push(char::from(b'0' + (band / 100 % 10) as u8));
-    key.push(char::from(b'0' + (band / 10 % 10) as u8));
-    key.push(char::from(b'0' + (band % 10) as u8));
+    push_digits(&mut key, band as i64, 3);
     for shift in (0..16).rev() {
         key.push(char::from(HEX[(hash >> (4 * shift)) as usize & 0xf]));
     }
     key
 }
 
+/// What `Scheme.features` computes for one text.
 struct Features {
     distinct: i64,
     bands: Option<Vec<u64>>,

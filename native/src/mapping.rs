@@ -1,7 +1,7 @@
 //! A source's mapping (`streamdedup.core.stages.source`): what each of its positions maps to, from what its
 //! contents told it, with a fingerprint per position, and the rows of the `source-mappings` record when those
-//! changed. The twins the tests compare this with are `current_mapping`, `_fingerprint` and
-//! `records.mapping_value`.
+//! changed. The twin the tests compare this with is `mapping_in_python` (from `current_mapping`, `_fingerprint`
+//! and `records.mapping_row`).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
@@ -69,7 +69,7 @@ type Changed<'py> = (Bound<'py, PyList>, Vec<(usize, String)>);
 /// ``statuses`` (a `StatusEntry` per content hash), for its ``version``: None until every position's content
 /// answered for that version. Else ``(prints, changed)``: the fingerprint of each entry (8 bytes each), and,
 /// unless those equal ``before`` and ``sent`` says the mapping sent last was for this version, the rows of the
-/// `source-mappings` record (`records.mapping_value`'s ``chunks``) with the ``(position, chunk_id)`` of each exact
+/// `source-mappings` record (`records.mapping_row` of each entry) with the ``(position, chunk_id)`` of each exact
 /// copy whose fingerprint is not what ``before`` holds for its position.
 #[pyfunction]
 pub fn source_mapping<'py>(

@@ -11,6 +11,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+use crate::push_digits;
+
 use super::model::{
     ChunkStatus, Conflict, ContentIds, ContentRecord, Info, MemberReport, NeighborEntry, PairMark,
     Position, Rank, Ref, RefEntry, Role, SourceAttrs,
@@ -1379,15 +1381,6 @@ enum Detail {
 }
 
 /// `model.format_timestamp` for years 1 to 9999 (None outside them: Python's datetime decides).
-/// The `width` last decimal digits of a non-negative `value`, zero-padded.
-fn push_digits(text: &mut String, value: i64, width: u32) {
-    let mut divisor = 10_i64.pow(width - 1);
-    while divisor > 0 {
-        text.push(char::from(b'0' + (value / divisor % 10) as u8));
-        divisor /= 10;
-    }
-}
-
 fn format_timestamp(micros: i64) -> Option<String> {
     let seconds = micros.div_euclid(1_000_000);
     let fraction = micros.rem_euclid(1_000_000);

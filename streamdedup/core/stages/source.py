@@ -392,12 +392,12 @@ class SourceStage:
         out.append(Output("source-mappings", source_id, mapping_of_rows(source_id, record.version, rows)))
 
 
-Mapped = tuple[bytes, tuple[list[dict[str, Any]], list[tuple[int, str]]] | None]
+_Mapped = tuple[bytes, tuple[list[dict[str, Any]], list[tuple[int, str]]] | None]
 
 
 def mapping_in_python(
     chunks: Sequence[str], statuses: Mapping[str, StatusEntry], version: int, before: bytes, sent: bool
-) -> Mapped | None:
+) -> _Mapped | None:
     """The twin of the compiled ``source_mapping`` that the tests compare it with.
 
     A source's mapping for ``version`` from its chunks and its contents' statuses: None until every content
