@@ -376,7 +376,7 @@ fn sketch(signature: &[u32]) -> Vec<u8> {
 
 /// One signature scheme: ``num_perm`` permutations drawn from ``seed``, shingles of ``shingle_size`` words.
 #[pyclass(frozen, module = "streamdedup.core._native")]
-struct Scheme {
+pub(crate) struct Scheme {
     a: Vec<u32>,
     b: Vec<u32>,
     shingle_size: usize,
@@ -411,10 +411,10 @@ fn band_key(band: usize, hash: u64) -> String {
 }
 
 /// What `Scheme.features` computes for one text.
-struct Features {
-    distinct: i64,
-    bands: Option<Vec<u64>>,
-    sketch: Vec<u8>,
+pub(crate) struct Features {
+    pub(crate) distinct: i64,
+    pub(crate) bands: Option<Vec<u64>>,
+    pub(crate) sketch: Vec<u8>,
 }
 
 #[pymethods]
@@ -449,13 +449,36 @@ impl Scheme {
         rows: usize,
         min_shingles: i64,
     ) -> PyResult<Vec<TextFeatures<'py>>> {
+        let texts: Vec<&str> = texts.iter().map(|t| &**t).collect();
+        Ok(self
+            .compute(py, &texts, bands, rows, min_shingles)?
+            .into_iter()
+            .map(|f| {
+                let keys = f.bands.as_deref().map(band_keys);
+                (f.distinct, keys, PyBytes::new(py, &f.sketch))
+            })
+            .collect())
+    }
+}
+
+impl Scheme {
+    /// What `features` computes for each text, without the GIL, kept in Rust: the content kernel calls this
+    /// directly, so a new text's band keys do not cross into Python and back before they join their bands.
+    pub(crate) fn compute(
+        &self,
+        py: Python<'_>,
+        texts: &[&str],
+        bands: usize,
+        rows: usize,
+        min_shingles: i64,
+    ) -> PyResult<Vec<Features>> {
         let perms = self.a.len();
         if bands.checked_mul(rows).is_none_or(|n| n > perms) {
             return Err(PyValueError::new_err(
                 "bands x rows must not exceed num_perm",
             ));
         }
-        let computed: Vec<Features> = py.detach(|| {
+        Ok(py.detach(|| {
             let seeds = band_seeds(bands);
             let mut words = Vec::new();
             let mut shingles = Vec::new();
@@ -481,21 +504,17 @@ impl Scheme {
                     }
                 })
                 .collect()
-        });
-        Ok(computed
-            .into_iter()
-            .map(|f| {
-                let keys = f.bands.map(|hashes| {
-                    hashes
-                        .iter()
-                        .enumerate()
-                        .map(|(band, h)| band_key(band, *h))
-                        .collect()
-                });
-                (f.distinct, keys, PyBytes::new(py, &f.sketch))
-            })
-            .collect())
+        }))
     }
+}
+
+/// The band keys of a text's band hashes, in band order (`band_key`).
+pub(crate) fn band_keys(hashes: &[u64]) -> Vec<String> {
+    hashes
+        .iter()
+        .enumerate()
+        .map(|(band, h)| band_key(band, *h))
+        .collect()
 }
 
 #[pymodule]

@@ -91,7 +91,8 @@ class SignatureScheme:
         self.num_perm = num_perm
         self.seed = seed
         self.shingle_size = shingle_size
-        self._native = _native.Scheme(num_perm, seed, shingle_size)
+        #: The compiled scheme that :meth:`features` calls; the compiled content stage calls it directly.
+        self.compiled = _native.Scheme(num_perm, seed, shingle_size)
         self.byte_size = _HEADER.size + 4 * num_perm
 
     def features(
@@ -101,14 +102,14 @@ class SignatureScheme:
         :meth:`band_keys`; None for a text of fewer than ``min_shingles`` distinct shingles, which only matches
         exactly) and the sketch of its signature (:func:`streamdedup.core.sketches.sketches`), in one compiled pass
         without NumPy: what the engine needs of a new text."""
-        return self._native.features(list(normalized), bands, rows, min_shingles)
+        return self.compiled.features(list(normalized), bands, rows, min_shingles)
 
     @functools.cached_property
     def permutations(self) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
         """The ``(a, b)`` of the affine permutations, as datasketch's ``MinHash.permutations`` holds them."""
         import numpy as np  # noqa: PLC0415 - see estimate_jaccard
 
-        a, b = self._native.permutations()
+        a, b = self.compiled.permutations()
         return np.array(a, dtype=np.uint32), np.array(b, dtype=np.uint32)
 
     def signatures(self, normalized: Sequence[str]) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.int64]]:

@@ -75,7 +75,8 @@ pub struct Helpers {
     pub fact_tokens: Py<PyAny>,
     pub describe_fact_difference: Py<PyAny>,
     pub format_timestamp: Py<PyAny>,
-    pub features: Py<PyAny>,
+    /// The compiled signature scheme (`SignatureScheme.compiled`).
+    pub scheme: Py<crate::Scheme>,
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -744,24 +745,27 @@ impl<'a, 'py> Batch<'a, 'py> {
             norms.push(self.norm(work)?);
         }
         let p = self.params;
-        let features: Vec<(i64, Option<Vec<String>>, Vec<u8>)> = self
-            .helpers
-            .features
-            .bind(self.py)
-            .call1((norms, p.bands, p.rows, p.min_shingles))?
-            .extract()?;
-        for (key, (_, band_keys, sketch)) in born.iter().zip(features) {
-            let Some(band_keys) = band_keys else { continue };
+        let texts: Vec<&str> = norms.iter().map(String::as_str).collect();
+        let features = self.helpers.scheme.get().compute(
+            self.py,
+            &texts,
+            p.bands,
+            p.rows,
+            p.min_shingles as i64,
+        )?;
+        for (key, found) in born.iter().zip(features) {
+            let Some(hashes) = found.bands else { continue };
+            let band_keys = crate::band_keys(&hashes);
             let work = works.get_mut(key).expect("born works exist");
             let record = &mut work.record;
             record.indexed = true;
-            record.sketch = sketch;
-            record.pending_bands = band_keys.clone();
+            record.sketch = found.sketch;
             let obj = self.make.classes.band_join.bind(self.py).call1((
                 key,
                 record.epoch,
-                PyTuple::new(self.py, band_keys)?,
+                PyTuple::new(self.py, &band_keys)?,
             ))?;
+            record.pending_bands = band_keys;
             self.emit(obj);
         }
         Ok(())
@@ -771,14 +775,13 @@ impl<'a, 'py> Batch<'a, 'py> {
     fn leave(&mut self, work: &mut Work) -> PyResult<Bound<'py, PyAny>> {
         let norm = self.norm(work)?;
         let p = self.params;
-        let mut features: Vec<(i64, Option<Vec<String>>, Vec<u8>)> = self
-            .helpers
-            .features
-            .bind(self.py)
-            .call1((vec![norm], p.bands, p.rows, 0))?
-            .extract()?;
-        let (_, band_keys, _) = features.pop().expect("one text, one answer");
-        let band_keys = band_keys.expect("asked for with min_shingles 0");
+        let mut features =
+            self.helpers
+                .scheme
+                .get()
+                .compute(self.py, &[&norm], p.bands, p.rows, 0)?;
+        let found = features.pop().expect("one text, one answer");
+        let band_keys = crate::band_keys(&found.bands.expect("asked for with min_shingles 0"));
         self.make.classes.band_leave.bind(self.py).call1((
             &work.key,
             work.record.epoch,
@@ -2708,7 +2711,7 @@ impl ContentKernel {
                 fact_tokens: required(helpers, "fact_tokens")?.unbind(),
                 describe_fact_difference: required(helpers, "describe_fact_difference")?.unbind(),
                 format_timestamp: required(helpers, "format_timestamp")?.unbind(),
-                features: required(helpers, "features")?.unbind(),
+                scheme: required(helpers, "scheme")?.extract()?,
             },
         })
     }

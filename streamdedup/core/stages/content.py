@@ -105,7 +105,7 @@ class ContentStage:
                 "fact_tokens": lambda norm: tuple(fact_tokens(norm)),
                 "describe_fact_difference": describe_fact_difference,
                 "format_timestamp": format_timestamp,
-                "features": context.scheme.features,
+                "scheme": context.scheme.compiled,
             },
         )
 
