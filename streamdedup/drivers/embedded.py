@@ -61,42 +61,44 @@ class RunCounters:
         so a record sent again replaces its earlier contribution. A batch reads those of its keys in one call and
         writes back only the ones that changed.
         """
-        counted: list[tuple[str, Output]] = []
+        # A key sent twice in a batch contributes what its last record says: each record replaces the one before.
+        latest: dict[str, Output] = {}
         for output in outputs:
             topic = output.topic
             if topic == "source-mappings":
-                counted.append((f"m:{output.key}", output))
+                latest[f"m:{output.key}"] = output
             elif topic == "canonical-chunks":
-                counted.append((f"c:{output.key}", output))
+                latest[f"c:{output.key}"] = output
             elif topic == "review" and output.value is not None:
                 reason = output.value["reason"]
                 self.flags[reason] = self.flags.get(reason, 0) + 1
             elif topic == "dlq":
                 self.dead_letters += 1
-        if not counted:
+        if not latest:
             return
-        keys = list(dict.fromkeys(key for key, _ in counted))
-        stored = dict(zip(keys, txn.read_many(VIEW_FAMILY, 0, keys), strict=True))
-        now = {key: _parse_counts(raw) for key, raw in stored.items()}
-        for key, output in counted:
-            old = now[key]
+        keys = list(latest)
+        view = txn.changes_of(VIEW_FAMILY, 0)
+        positions = exact = near = chunks = 0
+        for key, raw, output in zip(keys, txn.read_many(VIEW_FAMILY, 0, keys), latest.values(), strict=True):
+            old = _parse_counts(raw)
+            value = output.value
             if output.topic == "source-mappings":
                 new = (0, 0, 0)
-                if output.value is not None:
-                    relations = [c["relation"] for c in output.value["chunks"]]
+                if value is not None:
+                    relations = [c["relation"] for c in value["chunks"]]
                     new = (len(relations), relations.count("exact"), relations.count("near"))
-                self.positions += new[0] - old[0]
-                self.exact += new[1] - old[1]
-                self.near += new[2] - old[2]
+                positions += new[0] - old[0]
+                exact += new[1] - old[1]
+                near += new[2] - old[2]
             else:
-                new = (int(output.value is not None), 0, 0)
-                self.chunks += new[0] - old[0]
-            now[key] = new
-        view = txn.changes_of(VIEW_FAMILY, 0)
-        for key in keys:
-            value = _format_counts(now[key])
-            if value != stored[key]:
-                view[key] = value
+                new = (0, 0, 0) if value is None else (1, 0, 0)
+                chunks += new[0] - old[0]
+            if new != old:
+                view[key] = _format_counts(new)
+        self.positions += positions
+        self.exact += exact
+        self.near += near
+        self.chunks += chunks
 
     def to_json(self) -> bytes:
         """Serialize for the store's metadata."""
@@ -111,7 +113,7 @@ class RunCounters:
 def _parse_counts(raw: bytes | None) -> tuple[int, int, int]:
     if raw is None:
         return (0, 0, 0)
-    a, b, c = (int(x) for x in raw.split(b","))
+    a, b, c = map(int, raw.split(b","))
     return (a, b, c)
 
 
@@ -217,6 +219,11 @@ def run_to_quiescence(engine: Engine, txn: Transaction, events: Sequence[Message
     queues: dict[str, deque[Message]] = {stage: deque() for stage in STAGES}
     queues["source"].extend(events)
     outputs: list[Output] = []
+    # Where each kind of item goes, in one lookup: the five Django releases route some 985,000 messages and outputs.
+    route: dict[type, Callable[[Any], None]] = {
+        kind: queues[stage].append for kind, stage in STAGE_OF.items()
+    }
+    route[Output] = outputs.append
     while any(queues.values()):
         for stage in STAGES:
             queue = queues[stage]
@@ -225,8 +232,5 @@ def run_to_quiescence(engine: Engine, txn: Transaction, events: Sequence[Message
             batch = list(queue)
             queue.clear()
             for item in engine.handle(stage, batch, txn.partition(stage, 0)):
-                if isinstance(item, Output):
-                    outputs.append(item)
-                else:
-                    queues[STAGE_OF[type(item)]].append(item)
+                route[type(item)](item)
     return outputs
