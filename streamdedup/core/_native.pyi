@@ -49,6 +49,7 @@ class ContentKernel:
         params: dict[str, Any],
         criteria: list[str],
         helpers: dict[str, Callable[..., Any]],
+        scheme: Scheme,
     ) -> None: ...
     def apply(
         self,

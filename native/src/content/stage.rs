@@ -75,7 +75,7 @@ pub struct Helpers {
     pub fact_tokens: Py<PyAny>,
     pub describe_fact_difference: Py<PyAny>,
     pub format_timestamp: Py<PyAny>,
-    /// The compiled signature scheme (`SignatureScheme.compiled`).
+    /// The compiled signature scheme (`SignatureScheme.compiled`): not a callback, called in Rust.
     pub scheme: Py<crate::Scheme>,
 }
 
@@ -2673,17 +2673,20 @@ fn required<'py>(d: &Bound<'py, PyDict>, name: &str) -> PyResult<Bound<'py, PyAn
 
 #[pymethods]
 impl ContentKernel {
-    /// ContentKernel(classes, params, criteria, helpers)
+    /// ContentKernel(classes, params, criteria, helpers, scheme)
     /// --
     ///
     /// ``classes``: the message, output and record classes by name; ``params``: the engine's parameters the stage
-    /// reads, by name; ``criteria``: the canonical policy's; ``helpers``: the Python functions it calls back.
+    /// reads, by name; ``criteria``: the canonical policy's; ``helpers``: the Python functions it calls back;
+    /// ``scheme``: the compiled signature scheme (`SignatureScheme.compiled`), which it calls for a new text's
+    /// features.
     #[new]
     fn new(
         classes: &Bound<'_, PyDict>,
         params: &Bound<'_, PyDict>,
         criteria: Vec<String>,
         helpers: &Bound<'_, PyDict>,
+        scheme: Py<crate::Scheme>,
     ) -> PyResult<Self> {
         let criteria = criteria
             .iter()
@@ -2711,7 +2714,7 @@ impl ContentKernel {
                 fact_tokens: required(helpers, "fact_tokens")?.unbind(),
                 describe_fact_difference: required(helpers, "describe_fact_difference")?.unbind(),
                 format_timestamp: required(helpers, "format_timestamp")?.unbind(),
-                scheme: required(helpers, "scheme")?.extract()?,
+                scheme,
             },
         })
     }

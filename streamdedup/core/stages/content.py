@@ -105,8 +105,8 @@ class ContentStage:
                 "fact_tokens": lambda norm: tuple(fact_tokens(norm)),
                 "describe_fact_difference": describe_fact_difference,
                 "format_timestamp": format_timestamp,
-                "scheme": context.scheme.compiled,
             },
+            context.scheme.compiled,
         )
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
