@@ -7,11 +7,13 @@ import random
 import pytest
 
 from streamdedup.codec import encode_output_line
+from streamdedup.core.messages import Output
 from streamdedup.core.model import DeleteEvent
 from streamdedup.core.view import View
-from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
 from streamdedup.drivers.jsonl import SINK_META_KEY, FileSink, opened_state
 from streamdedup.settings import Settings
+from streamdedup.store.base import Transaction
 from streamdedup.store.rocksdb import RocksDBStore
 from streamdedup.testing.feeds import random_feed
 from streamdedup.testing.invariants import check_invariants
@@ -183,3 +185,33 @@ def test_outputs_of_a_batch_whose_state_was_lost_are_cut_from_the_output_file(tm
     store.close()
     assert FileSink.roll_back(str(out), committed_meta) == 0
     assert FileSink.roll_back(str(other), committed_meta) == 0 and other.stat().st_size == 10
+
+
+def _mapping(source_id, relations):
+    if relations is None:
+        return Output("source-mappings", source_id, None)
+    return Output("source-mappings", source_id, {"chunks": [{"relation": r} for r in relations]})
+
+
+def test_the_run_totals_count_each_key_by_its_last_record_in_a_batch_or_across_batches():
+    from streamdedup.store.memory import MemoryStore
+
+    records = [
+        Output("canonical-chunks", "c1", {"text": "a"}),
+        _mapping("s1", ["canonical", "exact"]),
+        Output("canonical-chunks", "c2", {"text": "b"}),
+        Output("canonical-chunks", "c1", None),  # the same chunk gone again within the batch
+        _mapping("s1", ["canonical", "near", "exact"]),  # the same source mapped again
+        _mapping("s2", ["exact"]),
+        _mapping("s2", None),
+        Output("canonical-chunks", "c2", {"text": "b2"}),
+    ]
+    totals = []
+    for batches in ([records], [[record] for record in records]):
+        counters, store = RunCounters(), MemoryStore()
+        for batch in batches:
+            txn = Transaction(store)
+            counters.observe_all(batch, txn)
+            txn.commit()
+        totals.append((counters.positions, counters.exact, counters.near, counters.chunks))
+    assert totals[0] == totals[1] == (3, 1, 1, 1)
