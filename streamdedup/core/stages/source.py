@@ -317,13 +317,14 @@ class SourceStage:
             gone = tuple(sorted(old))
             out.append(LineUpdate(record.lines_collection, event.source_id, event.version, False, (), gone))
             old = set()
+        ordered = sorted(lines)  # one sort of the hashes serves the update's added lines and the record
         if lines or old:
-            added = tuple(sorted((h, t) for h, t in lines.items() if h not in old))
-            removed = tuple(sorted(old - set(lines)))
+            added = tuple((h, lines[h]) for h in ordered if h not in old)
+            removed = tuple(sorted(old.difference(lines)))
             out.append(
                 LineUpdate(event.collection, event.source_id, event.version, bool(lines), added, removed)
             )
-        record.lines = sorted(lines)
+        record.lines = ordered
         record.lines_collection = event.collection if lines else ""
 
     def _apply_status(
