@@ -117,9 +117,12 @@ class SourceStage:
         table.prefetch(
             list(
                 dict.fromkeys(
-                    m.source_id
-                    for m in messages
-                    if isinstance(m, keyed) or (isinstance(m, DecisionEvent) and m.subject_source is not None)
+                    [
+                        m.source_id
+                        for m in messages
+                        if isinstance(m, keyed)
+                        or (isinstance(m, DecisionEvent) and m.subject_source is not None)
+                    ]
                 )
             )
         )
@@ -129,15 +132,15 @@ class SourceStage:
         touched: dict[str, None] = {}
         held: dict[str, tuple[list[str], frozenset[str]]] = {}
         for message in messages:
-            if isinstance(message, DecisionEvent):
+            if isinstance(message, ContentStatus):  # most of what the stage hears
+                self._apply_status(table, message, held)
+            elif isinstance(message, DecisionEvent):
                 if message.subject_source is not None:
                     if not self._apply_preference(table, message, out):
                         continue
                 else:
                     self._apply_decision(ledger, message, out)
                     continue
-            elif isinstance(message, ContentStatus):
-                self._apply_status(table, message, held)
             elif isinstance(message, BoilerplateUpdate):
                 key = _SNAPSHOT_PREFIX + message.collection
                 snapshot = snapshots.get_or_new(key)
