@@ -171,12 +171,13 @@ class ConsoleData:
         order = self.records
         self.records += 1
         if output.topic == "review" and output.key is not None:
-            self._flag(output.key, output.value, order)
+            self._flag(output.key, output.record(), order)
         elif output.topic == "audit" and output.value is not None and output.key is not None:
-            if output.value.get("action") == "decision":
-                self._decision(output.key, output.value, order)
+            value = output.record() or {}
+            if value.get("action") == "decision":
+                self._decision(output.key, value, order)
         elif output.topic == "canonical-chunks" and output.key is not None:
-            self._chunk(output.key, output.value)
+            self._chunk(output.key, output.record())
 
     def apply_all(self, outputs: Iterable[Output]) -> ConsoleData:
         """Apply many output records in stream order and return the fold."""

@@ -46,7 +46,7 @@ class View:
         elif output.topic == "review":
             _put(self.reviews, output)
         elif output.topic == "audit" and output.value is not None:
-            self.audits.append(output.value)
+            self.audits.append(output.record() or {})
         elif output.topic == "dlq":
             self.dead_letters += 1
 
@@ -72,7 +72,8 @@ class View:
 
 def _put(table: dict[str, dict[str, Any]], output: Output) -> None:
     key = output.key or ""
-    if output.value is None:
+    value = output.record()
+    if value is None:
         table.pop(key, None)
     else:
-        table[key] = output.value
+        table[key] = value

@@ -103,7 +103,7 @@ class Metrics:
         """Count what a batch emitted."""
         for output in outputs:
             self.outputs.labels(output.topic).inc()
-            value = output.value
+            value = output.record()
             if value is None:
                 continue
             if output.topic == "audit":
