@@ -113,6 +113,12 @@ class Settings(BaseSettings):
 
     # Embedded runner.
     batch_size: int = Field(256, ge=1, description="Input events per batch (one atomic state commit each).")
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Processes the embedded runner spreads the engine's partitions over; a state keeps its number.",
+    )
     state_dir: Path | None = Field(None, description="Default state directory for run and inspect.")
     folder_acl: Annotated[tuple[str, ...], NoDecode] = Field(
         ("*",), description="ACL of folder files without a sidecar <file>.acl.json, comma-separated."

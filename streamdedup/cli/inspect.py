@@ -20,7 +20,7 @@ from streamdedup.core.state import CollectionRecord, ContentRecord, LineRecord, 
 from streamdedup.errors import StateError
 from streamdedup.settings import Settings
 from streamdedup.store.base import check_params
-from streamdedup.store.rocksdb import RocksDBStore
+from streamdedup.store.rocksdb import RocksDBStore, refuse_shards
 
 __all__ = [
     "boilerplate_command",
@@ -38,6 +38,7 @@ def _existing_state(settings: Settings, state: Path) -> Iterator[RocksDBStore]:
     """Open a state directory written by ``run``, refusing one built under other parameters."""
     if not (state / "db").exists():
         raise StateError(f"no state at {state}; run 'streamdedup run' with --state {state} first")
+    refuse_shards(state, "inspect")
     store = RocksDBStore(state)
     try:
         check_params(store, Engine(settings.engine_params()).params, where=str(state))

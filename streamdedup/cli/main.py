@@ -105,6 +105,10 @@ def run(
     state: Annotated[Path | None, typer.Option(help="State directory (RocksDB); kept between runs.")] = None,
     out: Annotated[str, typer.Option(help="Output JSONL file, appended to; '-' for standard output.")] = "-",
     batch_size: Annotated[int | None, typer.Option(help="Input events per atomic batch.")] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Worker processes for the engine's partitions (a state keeps its number)."),
+    ] = None,
     watch: Annotated[bool, typer.Option("--watch", help="Keep following the folder's changes.")] = False,
     collection: Annotated[
         str | None, typer.Option(help="Collection of a folder's files (default: its name).")
@@ -122,6 +126,8 @@ def run(
     settings = _settings(ctx)
     if batch_size is not None:
         settings = settings.model_copy(update={"batch_size": batch_size})
+    if workers is not None:
+        settings = settings.model_copy(update={"workers": workers})
     if index is not None and (out == "-" or watch):
         err().print(
             "[red]--index needs --out FILE and no --watch[/red] (to index while watching, run "

@@ -14,7 +14,7 @@ from rich.progress import DownloadColumn, MofNCompleteColumn, ProgressColumn
 from rich.table import Table
 
 from streamdedup.cli.progress import progress_bar
-from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
+from streamdedup.drivers.embedded import RunCounters, Runner
 from streamdedup.drivers.feeds import RunReport, run_feed
 from streamdedup.drivers.folder import FolderFeed
 from streamdedup.drivers.jsonl import FileSink, JsonlFeed, opened_state
@@ -80,7 +80,7 @@ def run_command(
 
 def _run_feed(
     feed: JsonlFeed | FolderFeed,
-    runner: EmbeddedRunner,
+    runner: Runner,
     sink: FileSink,
     batch_size: int,
     report: RunReport,
@@ -113,7 +113,7 @@ def _run_feed(
 
 def _watch(
     feed: FolderFeed,
-    runner: EmbeddedRunner,
+    runner: Runner,
     sink: FileSink,
     batch_size: int,
     report: RunReport,

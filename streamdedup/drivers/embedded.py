@@ -17,7 +17,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
@@ -27,11 +27,12 @@ from streamdedup.drivers.collector import BatchCollector
 from streamdedup.errors import StateError
 from streamdedup.store.base import VIEW_FAMILY, Store, Transaction, check_params
 
-__all__ = ["EmbeddedRunner", "Origin", "RunCounters", "Sink"]
+__all__ = ["COUNTERS_KEY", "EmbeddedRunner", "Origin", "RunCounters", "Runner", "Sink"]
 
 logger = logging.getLogger(__name__)
 
-_COUNTERS_KEY = "embedded-counters"
+#: Where the run totals are kept in the store's metadata.
+COUNTERS_KEY = "embedded-counters"
 
 #: Takes a batch's outputs before its state commits; may return metadata to commit with the state.
 Sink = Callable[[list[Output]], Mapping[str, bytes] | None]
@@ -70,7 +71,7 @@ class RunCounters:
             elif topic == "canonical-chunks":
                 latest[f"c:{output.key}"] = output
             elif topic == "review" and output.value is not None:
-                reason = output.value["reason"]
+                reason = (output.record() or {})["reason"]
                 self.flags[reason] = self.flags.get(reason, 0) + 1
             elif topic == "dlq":
                 self.dead_letters += 1
@@ -85,7 +86,7 @@ class RunCounters:
             if output.topic == "source-mappings":
                 new = (0, 0, 0)
                 if value is not None:
-                    relations = [c["relation"] for c in value["chunks"]]
+                    relations = [c["relation"] for c in (output.record() or {})["chunks"]]
                     new = (len(relations), relations.count("exact"), relations.count("near"))
                 positions += new[0] - old[0]
                 exact += new[1] - old[1]
@@ -128,6 +129,30 @@ class Origin(NamedTuple):
     where: dict[str, Any]
 
 
+class Runner(Protocol):
+    """What runs a feed's batches: this module's :class:`EmbeddedRunner`, or the parallel driver's runner."""
+
+    counters: RunCounters
+    last_applied: int
+
+    @property
+    def store(self) -> Store:
+        """The store that holds the run's totals and the metadata committed with them."""
+        ...
+
+    def process(
+        self,
+        events: Sequence[InputEvent],
+        sink: Sink,
+        *,
+        dead_letters: Iterable[Output] = (),
+        meta: dict[str, bytes] | None = None,
+        origins: Sequence[Origin] | None = None,
+    ) -> list[Output]:
+        """Run one batch to quiescence, hand its outputs to ``sink``, then commit its state."""
+        ...
+
+
 class EmbeddedRunner:
     """Run the engine over input events on one machine, with state in ``store``."""
 
@@ -135,7 +160,7 @@ class EmbeddedRunner:
         check_params(store, engine.params, where=where)
         self.engine = engine
         self.store = store
-        self.counters = RunCounters.from_json(store.get_meta(_COUNTERS_KEY))
+        self.counters = RunCounters.from_json(store.get_meta(COUNTERS_KEY))
         self._collector = BatchCollector()
         #: Events the last :meth:`process` call applied (the others were dead-lettered).
         self.last_applied = 0
@@ -182,7 +207,7 @@ class EmbeddedRunner:
         self.last_applied = applied
         self.counters.observe_all(outputs, txn)
         delivered = sink(outputs)
-        txn.meta[_COUNTERS_KEY] = self.counters.to_json()
+        txn.meta[COUNTERS_KEY] = self.counters.to_json()
         txn.meta.update(meta or {})
         txn.meta.update(delivered or {})
         txn.commit()

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 from streamdedup.core.messages import Output
 from streamdedup.core.model import InputEvent
-from streamdedup.drivers.embedded import EmbeddedRunner, Origin, Sink
+from streamdedup.drivers.embedded import Origin, Runner, Sink
 
 __all__ = ["Feed", "FeedItem", "RunReport", "run_feed"]
 
@@ -57,7 +57,7 @@ class RunReport:
 
 
 def run_feed(
-    runner: EmbeddedRunner,
+    runner: Runner,
     feed: Feed,
     sink: Sink,
     *,

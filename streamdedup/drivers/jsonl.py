@@ -13,11 +13,11 @@ from streamdedup.codec import DEFAULT_LIMITS, EventLimits, dead_letter, decode_e
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.core.model import InputEvent
-from streamdedup.drivers.embedded import EmbeddedRunner, Origin
+from streamdedup.drivers.embedded import EmbeddedRunner, Origin, Runner
 from streamdedup.drivers.feeds import FeedItem
-from streamdedup.errors import ConfigurationError, InvalidEventError
+from streamdedup.errors import ConfigurationError, InvalidEventError, StateError
 from streamdedup.settings import Settings
-from streamdedup.store.rocksdb import RocksDBStore
+from streamdedup.store.rocksdb import RocksDBStore, shard_count
 
 __all__ = ["SINK_META_KEY", "FileSink", "JsonlFeed", "Line", "opened_state", "read_events", "read_lines"]
 
@@ -142,13 +142,36 @@ class JsonlFeed:
 
 
 @contextmanager
-def opened_state(settings: Settings, state: Path, out: str) -> Iterator[tuple[EmbeddedRunner, FileSink]]:
-    """Open the state of an embedded run and its output file (appended to), and close both after use."""
-    store = RocksDBStore(state)
+def opened_state(settings: Settings, state: Path, out: str) -> Iterator[tuple[Runner, FileSink]]:
+    """Open the state of an embedded run and its output file (appended to), and close both after use.
+
+    With ``settings.workers`` above one, the run's partitions go to that many worker processes
+    (:mod:`streamdedup.drivers.parallel`).
+    """
+    runner: Runner
+    if settings.workers > 1:
+        from streamdedup.drivers.parallel import ParallelRunner  # noqa: PLC0415 - a run in one process needs none
+
+        parallel = ParallelRunner(
+            settings.engine_params(),
+            state,
+            workers=settings.workers,
+            fault_source_id=settings.fault_source_id,
+        )
+        runner, store, close = parallel, parallel.store, parallel.close
+    else:
+        workers = shard_count(state)
+        if workers:
+            raise StateError(
+                f"the state at {state} is spread over {workers} worker processes; run it with --workers {workers}"
+            )
+        store = RocksDBStore(state)
+        close = store.close
     sink: FileSink | None = None
     try:
-        engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
-        runner = EmbeddedRunner(engine, store, where=str(state))
+        if settings.workers == 1:
+            engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
+            runner = EmbeddedRunner(engine, store, where=str(state))
         if runner.counters.events == 0 and out != "-" and Path(out).exists() and Path(out).stat().st_size:
             raise ConfigurationError(
                 f"{out} already holds outputs, but the state at {state} is new: appending would mix two "
@@ -167,4 +190,4 @@ def opened_state(settings: Settings, state: Path, out: str) -> Iterator[tuple[Em
     finally:
         if sink is not None:
             sink.close()
-        store.close()
+        close()

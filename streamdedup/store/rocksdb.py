@@ -17,7 +17,7 @@ from streamdedup.core._native import fill_write_batch
 from streamdedup.errors import StateError
 from streamdedup.store.base import FAMILIES, Changes
 
-__all__ = ["RocksDBStore", "read_only"]
+__all__ = ["RocksDBStore", "read_only", "refuse_shards", "shard_count"]
 
 _META = "meta"
 
@@ -115,12 +115,36 @@ def _address(partition: int, key: str) -> bytes:
     return _prefix(partition) + key.encode("utf-8")
 
 
+def shard_count(state: Path) -> int:
+    """Return how many worker stores a state directory is spread over: 0 for the state of one process.
+
+    A run with ``--workers N`` keeps partition ``w`` of every stage in ``STATE/shard-w`` and its own totals in
+    ``STATE/db`` (see :mod:`streamdedup.drivers.parallel`).
+    """
+    count = 0
+    while (state / f"shard-{count}").is_dir():
+        count += 1
+    return count
+
+
+def refuse_shards(state: Path, what: str) -> None:
+    """Raise :class:`StateError` if ``state`` is spread over worker stores, which ``what`` cannot read."""
+    workers = shard_count(state)
+    if workers:
+        raise StateError(
+            f"the state at {state} is spread over {workers} worker stores (a run with --workers {workers}); "
+            f"{what} reads the state of a run in one process"
+        )
+
+
 @contextmanager
 def read_only(state: Path, families: Sequence[str]) -> Iterator[rocksdict.Rdict]:
     """Open a state directory's ``families`` read-only (no lock: a run may hold the state meanwhile), then close it.
 
-    Values are raw bytes; keys are those of :func:`_address`. A missing directory or family is a ``StateError``.
+    Values are raw bytes; keys are those of :func:`_address`. A missing directory or family is a ``StateError``, and
+    so is a state spread over worker stores.
     """
+    refuse_shards(state, "the review console and calibration each")
     db = state / "db"
     if not db.is_dir():
         raise StateError(

@@ -5,7 +5,9 @@ from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
 from streamdedup.codec import encode_event
+from streamdedup.core.messages import Output
 from streamdedup.core.model import DeleteEvent
+from streamdedup.core.view import View
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
 runner = CliRunner()
@@ -120,3 +122,19 @@ def test_an_error_is_printed_as_it_is_said_brackets_included(monkeypatch):
     result = run("eval", EXAMPLE)
     assert result.exit_code == 1
     assert "pip install 'streamdedup[eval]'" in " ".join(result.output.split())
+
+
+def test_run_with_workers_writes_what_a_run_in_one_process_writes(tmp_path):
+    views = []
+    for workers in (1, 2):
+        out = tmp_path / f"out-{workers}.jsonl"
+        result = run(
+            "run", EXAMPLE, "--state", tmp_path / f"state-{workers}", "--out", out, "--workers", workers
+        )
+        assert result.exit_code == 0, result.output
+        assert "acl_boundary 1, fact_conflict 2" in result.output
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        views.append(View().apply_all(Output(**line) for line in lines).compacted(with_revision=False))
+    assert views[0] == views[1]
+    again = run("run", EXAMPLE, "--state", tmp_path / "state-2", "--out", tmp_path / "out-2.jsonl")
+    assert again.exit_code == 1 and "--workers 2" in " ".join(again.output.split())
