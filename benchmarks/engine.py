@@ -4,7 +4,8 @@
     python -m benchmarks.engine --scale 300000
 
 1. The docs of five Django releases (3.2 to 5.2, from their PyPI sdists) as text upserts, run through the
-   embedded runner with RocksDB state (batches of 256 events). The baselines, on the same normalized chunks:
+   embedded runner with RocksDB state (batches of 256 events), in one process and with ``--workers 2`` (the
+   engine's partitions in two worker processes). The baselines, on the same normalized chunks:
    datasketch's ``MinHash.bulk`` computing their signatures alone (what a user's own datasketch loop costs
    before any LSH query), and the engine's compiled signature kernel alone. Each runs ``--repeat`` times (3),
    interleaved, each engine run on a new state, and the best run of each counts (the shared machine's speed
@@ -47,6 +48,7 @@ from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.drivers.parallel import ParallelRunner
 from streamdedup.store.memory import MemoryStore
 from streamdedup.store.rocksdb import RocksDBStore
 
@@ -71,8 +73,15 @@ def _django_run(workdir: Path, repeat: int) -> dict[str, Any]:
             )
         )  # fmt: skip
     chunks = django_chunks()
-    runs: dict[str, list[float]] = {"engine": [], "datasketch bulk": [], "signatures alone": []}
+    names = ("engine", "engine, 2 workers", "datasketch bulk", "signatures alone")
+    runs: dict[str, list[float]] = {name: [] for name in names}
     for attempt in range(repeat):
+        parallel = ParallelRunner(EngineParams(), workdir / f"django-parallel-{attempt}", workers=2)
+        start = time.perf_counter()
+        for i in range(0, len(events), BATCH):
+            parallel.process(events[i : i + BATCH], _discard)
+        runs["engine, 2 workers"].append(parallel.counters.positions / (time.perf_counter() - start))
+        parallel.close()
         engine = Engine(EngineParams())
         store = RocksDBStore(workdir / f"django-{attempt}")
         runner = EmbeddedRunner(engine, store)
@@ -94,11 +103,11 @@ def _django_run(workdir: Path, repeat: int) -> dict[str, Any]:
             _bulk(chunks[i : i + 4096])
         runs["datasketch bulk"].append(len(chunks) / (time.perf_counter() - bulk_start))
         print(f"  Django run {attempt + 1}: engine {runs['engine'][-1]:,.0f} chunks/s, "
+              f"2 workers {runs['engine, 2 workers'][-1]:,.0f} chunks/s, "
               f"datasketch bulk {runs['datasketch bulk'][-1]:,.0f} chunks/s")  # fmt: skip
-    rate, bulk_rate, signature_rate = (
-        max(runs[name]) for name in ("engine", "datasketch bulk", "signatures alone")
-    )
+    rate, parallel_rate, bulk_rate, signature_rate = (max(runs[name]) for name in names)
     print(f"Django: {len(files)} files, {counters.positions:,} chunks, best of {repeat}: {rate:,.0f} chunks/s; "
+          f"2 workers {parallel_rate:,.0f} chunks/s ({parallel_rate / bulk_rate:.2f}); "
           f"datasketch bulk {bulk_rate:,.0f} chunks/s ({rate / bulk_rate:.2f}); "
           f"signatures alone {signature_rate:,.0f} chunks/s")  # fmt: skip
     return {
@@ -113,6 +122,8 @@ def _django_run(workdir: Path, repeat: int) -> dict[str, Any]:
         "ratio_to_signatures": rate / signature_rate,
         "datasketch_bulk_chunks_per_second": bulk_rate,
         "ratio_to_datasketch_bulk": rate / bulk_rate,
+        "workers_2_chunks_per_second": parallel_rate,
+        "workers_2_ratio_to_datasketch_bulk": parallel_rate / bulk_rate,
         "runs": runs,
         "disk_bytes": disk,
     }

@@ -149,6 +149,14 @@ def _engine(lines: list[str]) -> None:
         f"| the engine's signature kernel alone, same chunks | {django['signature_chunks_per_second']:,.0f} | "
         f"{django['signature_chunks_per_second'] / django.get('datasketch_bulk_chunks_per_second', 1):.2f} |",
         f"| engine end to end | {django['chunks_per_second']:,.0f} | {django.get('ratio_to_datasketch_bulk', 0):.2f} |",
+        *(
+            [
+                f"| engine end to end, two worker processes (`--workers 2`) | "
+                f"{django['workers_2_chunks_per_second']:,.0f} | {django['workers_2_ratio_to_datasketch_bulk']:.2f} |"
+            ]
+            if "workers_2_chunks_per_second" in django
+            else []
+        ),
         "",
         *_cli_lines(result.get("cli")),
         f"**Growth** to {windows[-1]['chunks']:,} chunk positions ({growth['canonical']:,} canonical chunks, "
@@ -161,6 +169,17 @@ def _engine(lines: list[str]) -> None:
         *(
             [_target("engine end to end / datasketch bulk, Django", django["ratio_to_datasketch_bulk"], 1.0)]
             if "ratio_to_datasketch_bulk" in django
+            else []
+        ),
+        *(
+            [
+                _target(
+                    "the same with `--workers 2` (two processes; the baseline uses one core)",
+                    django["workers_2_ratio_to_datasketch_bulk"],
+                    1.0,
+                )
+            ]
+            if "workers_2_ratio_to_datasketch_bulk" in django
             else []
         ),
         *(

@@ -129,7 +129,7 @@ class ParallelRunner:
                     (index, workers, state / f"shard-{index}", params, fault_source_id, where)
                 )
             self._gather(range(workers))  # each opened its store
-            self.store = RocksDBStore(state, families=(VIEW_FAMILY,))
+            self.store = RocksDBStore(state, families=("collection", VIEW_FAMILY))
         except BaseException:
             self._stop()
             raise
@@ -144,6 +144,7 @@ class ParallelRunner:
             raise
         self.counters = RunCounters.from_json(self.store.get_meta(COUNTERS_KEY))
         self._route = router(workers)
+        self._engine = Engine(params, fault_source_id=fault_source_id)
         self._collector = BatchCollector()
         #: Events the last :meth:`process` call applied (the others were dead-lettered).
         self.last_applied = 0
@@ -174,20 +175,20 @@ class ParallelRunner:
     ) -> list[Output]:
         outputs = list(dead_letters)
         counts = RunCounters()
+        txn = Transaction(self.store)
         self._all("begin")
         try:
-            outputs.extend(self._rounds(events, counts))
+            outputs.extend(self._rounds(events, counts, txn))
             applied = len(events)
         except _WorkerFailed as exc:
             logger.warning("a batch of %d events failed (%s); applying them one at a time", len(events), exc)
             self._all("begin")
-            counts = RunCounters()
-            produced, applied = self._one_at_a_time(events, origins, counts)
+            counts, txn = RunCounters(), Transaction(self.store)
+            produced, applied = self._one_at_a_time(events, origins, counts, txn)
             outputs.extend(produced)
         self.counters.events += applied
         self.last_applied = applied
         _add(self.counters, counts.__dict__)
-        txn = Transaction(self.store)
         # The workers counted their outputs; the dead letters, made here, are counted here.
         self.counters.observe_all([o for o in outputs if o.topic == "dlq"], txn)
         delivered = sink(outputs)
@@ -212,15 +213,19 @@ class ParallelRunner:
                 store.close()
 
     def _one_at_a_time(
-        self, events: Sequence[InputEvent], origins: Sequence[Origin] | None, counts: RunCounters
+        self,
+        events: Sequence[InputEvent],
+        origins: Sequence[Origin] | None,
+        counts: RunCounters,
+        txn: Transaction,
     ) -> tuple[list[Output], int]:
         outputs: list[Output] = []
         applied = 0
         for index, event in enumerate(events):
             self._all("nest")
-            added = RunCounters()
+            added, nested = RunCounters(), txn.nested()
             try:
-                produced = self._rounds([event], added)
+                produced = self._rounds([event], added, nested)
             except _WorkerFailed as exc:
                 self._all("drop")
                 origin = origins[index] if origins is not None else Origin(None, {"batch_index": index})
@@ -231,37 +236,71 @@ class ParallelRunner:
                 outputs.append(dead_letter(raw, exc.error, {**origin.where, "source_id": event_key(event)}))
                 continue
             self._all("keep")
+            nested.commit()
             _add(counts, added.__dict__)
             outputs.extend(produced)
             applied += 1
         return outputs, applied
 
-    def _rounds(self, events: Sequence[Message], counts: RunCounters) -> list[Output]:
+    def _rounds(self, events: Sequence[Message], counts: RunCounters, txn: Transaction) -> list[Output]:
         """Deliver ``events`` and everything they cause, round after round, until no message is left.
 
+        The collection stage runs here, in its one partition, with its state in the driver's store (``txn``):
+        a collection's documents all report their lines to it, and most runs have few collections, so on any
+        worker it would make that worker the one all others wait for; here it runs while the workers do.
         Return the outputs, values encoded; add what they change in the run's totals to ``counts``.
         """
         parcels: list[list[Message]] = [[] for _ in range(self.workers)]
+        collection: list[Message] = []
         for event in events:
-            for _, partition, message in self._route(event):
-                parcels[partition].append(message)
-        inbound: list[list[bytes]] = [[_messages.encode(p)] if p else [] for p in parcels]
+            self._deliver(event, parcels, collection)
         outputs: list[Output] = []
-        while any(inbound):
+        inbound: list[list[bytes]] = [[] for _ in range(self.workers)]
+        while any(parcels) or any(inbound) or collection:
+            for partition, parcel in enumerate(parcels):
+                if parcel:
+                    inbound[partition].append(_messages.encode(parcel))
             active = [w for w in range(self.workers) if inbound[w]]
             for w in active:
                 self._conns[w].send(("run", inbound[w]))
             inbound = [[] for _ in range(self.workers)]
-            for sent, produced, added in self._gather(active):
+            parcels = [[] for _ in range(self.workers)]
+            mine, collection = collection, []
+            produced_here: list[Output] = []
+            if mine:
+                try:
+                    produced = self._engine.handle("collection", mine, txn.partition("collection", 0))
+                except Exception as exc:
+                    self._gather(active)  # the workers' answers first, so that the next command finds them
+                    raise _WorkerFailed(type(exc).__name__, str(exc)) from exc
+                for item in produced:
+                    if isinstance(item, Output):
+                        produced_here.append(item)
+                    else:
+                        self._deliver(item, parcels, collection)
+            for sent, produced_there, added in self._gather(active):
                 outputs.extend(
                     Output(o.topic, o.key, None if o.value == _NULL else o.value)
-                    for o in _read_outputs.decode(produced)
+                    for o in _read_outputs.decode(produced_there)
                 )
                 _add(counts, added)
-                for partition, blob in enumerate(sent):
+                for partition, blob in enumerate(sent[: self.workers]):
                     if blob:
                         inbound[partition].append(blob)
+                if sent[self.workers]:
+                    collection.extend(_read_messages.decode(sent[self.workers]))
+            if produced_here:
+                counts.observe_all(produced_here, txn)
+                outputs.extend(produced_here)
         return outputs
+
+    def _deliver(self, message: Message, parcels: list[list[Message]], collection: list[Message]) -> None:
+        """Put ``message`` in the parcel of each worker that receives it, or with this process's collection stage."""
+        for stage, partition, part in self._route(message):
+            if stage == "collection":
+                collection.append(part)
+            else:
+                parcels[partition].append(part)
 
     def _all(self, command: str, argument: object = None) -> None:
         for conn in self._conns:
@@ -410,7 +449,9 @@ class _Worker:
         for blob in blobs:
             for message in _read_messages.decode(blob):
                 queues[STAGE_OF[type(message)]].append(message)
-        remote: list[list[Message]] = [[] for _ in range(self.workers)]
+        remote: list[list[Message]] = [
+            [] for _ in range(self.workers + 1)
+        ]  # the last: the driver's collection
         outputs: list[Output] = []
         here = self.index
         route: Callable[[Message], list[tuple[str, int, Message]]] = self.route
@@ -426,7 +467,9 @@ class _Worker:
                         outputs.append(item)
                         continue
                     for to_stage, partition, message in route(item):
-                        if partition == here:
+                        if to_stage == "collection":
+                            remote[-1].append(message)
+                        elif partition == here:
                             queues[to_stage].append(message)
                         else:
                             remote[partition].append(message)
