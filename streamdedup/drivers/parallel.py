@@ -1,8 +1,10 @@
 """The parallel embedded driver: the engine's partitions spread over worker processes, each with a store of its own.
 
-With ``workers`` > 1 (``streamdedup run --workers N``), every stage has that many partitions, and worker process
-``w`` runs partition ``w`` of every stage, its state in ``STATE/shard-w``. The driver keeps the run's totals, the
-view and the feed's position in ``STATE/db``.
+With ``workers`` > 1 (``streamdedup run --workers N``), the source, content and band stages have that many
+partitions, and worker process ``w`` runs partition ``w`` of each, its state in ``STATE/shard-w``. The driver runs
+the collection stage itself (one partition: most runs have few collections, and on a worker it would make that
+worker the one all others wait for), and keeps its state, the run's totals, the view and the feed's position in
+``STATE/db``.
 
 A batch runs in rounds. The driver hands each worker the messages for its partitions; each worker runs them, and
 everything they cause in its own partitions, to quiescence, and sends back its outputs and the messages for other
