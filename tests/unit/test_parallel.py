@@ -64,9 +64,9 @@ def test_the_router_sends_every_message_where_split_does():
         assert [destinations(m) for m in seen + events] == [split(m, partitions) for m in seen + events]
 
 
-@pytest.mark.parametrize("workers", [2, 3])
-def test_workers_reach_the_state_and_totals_one_process_reaches(tmp_path, workers):
-    events = random_feed(random.Random(32), sources=10, events=90)
+@pytest.mark.parametrize(("seed", "workers"), [(32, 2), (32, 3), (38, 2), (39, 4)])
+def test_workers_reach_the_state_and_totals_one_process_reaches(tmp_path, seed, workers):
+    events = random_feed(random.Random(seed), sources=10, events=90)
     produced, counters = _parallel(tmp_path / "state", events, workers=workers)
     expected, single = _single(events)
     view = View().apply_all(produced)
