@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import logging
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
@@ -129,41 +130,18 @@ class Origin(NamedTuple):
     where: dict[str, Any]
 
 
-class Runner(Protocol):
-    """What runs a feed's batches: this module's :class:`EmbeddedRunner`, or the parallel driver's runner."""
+class Runner(ABC):
+    """What runs a feed's batches: :class:`EmbeddedRunner`, or the parallel driver's runner.
 
+    A batch runs with the cyclic garbage collector paused (see :mod:`.collector`).
+    """
+
+    #: The store that holds the run's totals and the metadata committed with them.
+    store: Store
     counters: RunCounters
-    last_applied: int
-
-    @property
-    def store(self) -> Store:
-        """The store that holds the run's totals and the metadata committed with them."""
-        ...
-
-    def process(
-        self,
-        events: Sequence[InputEvent],
-        sink: Sink,
-        *,
-        dead_letters: Iterable[Output] = (),
-        meta: dict[str, bytes] | None = None,
-        origins: Sequence[Origin] | None = None,
-    ) -> list[Output]:
-        """Run one batch to quiescence, hand its outputs to ``sink``, then commit its state."""
-        ...
-
-
-class EmbeddedRunner:
-    """Run the engine over input events on one machine, with state in ``store``."""
-
-    def __init__(self, engine: Engine, store: Store, *, where: str = "memory") -> None:
-        check_params(store, engine.params, where=where)
-        self.engine = engine
-        self.store = store
-        self.counters = RunCounters.from_json(store.get_meta(COUNTERS_KEY))
-        self._collector = BatchCollector()
-        #: Events the last :meth:`process` call applied (the others were dead-lettered).
-        self.last_applied = 0
+    #: Events the last :meth:`process` call applied (the others were dead-lettered).
+    last_applied: int = 0
+    _collector: BatchCollector
 
     def process(
         self,
@@ -182,6 +160,28 @@ class EmbeddedRunner:
         """
         with self._collector.batch():
             return self._process(events, sink, dead_letters, meta, origins)
+
+    @abstractmethod
+    def _process(
+        self,
+        events: Sequence[InputEvent],
+        sink: Sink,
+        dead_letters: Iterable[Output],
+        meta: dict[str, bytes] | None,
+        origins: Sequence[Origin] | None,
+    ) -> list[Output]:
+        """Run a batch with the collector paused: what :meth:`process` does."""
+
+
+class EmbeddedRunner(Runner):
+    """Run the engine over input events on one machine, with state in ``store``."""
+
+    def __init__(self, engine: Engine, store: Store, *, where: str = "memory") -> None:
+        check_params(store, engine.params, where=where)
+        self.engine = engine
+        self.store = store
+        self.counters = RunCounters.from_json(store.get_meta(COUNTERS_KEY))
+        self._collector = BatchCollector()
 
     def _process(
         self,

@@ -46,7 +46,7 @@ from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output, router
 from streamdedup.core.model import InputEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.drivers.collector import BatchCollector
-from streamdedup.drivers.embedded import COUNTERS_KEY, Origin, RunCounters, Sink
+from streamdedup.drivers.embedded import COUNTERS_KEY, Origin, RunCounters, Runner, Sink
 from streamdedup.errors import StateError
 from streamdedup.store.base import VIEW_FAMILY, Transaction, check_params
 from streamdedup.store.rocksdb import RocksDBStore, shard_count
@@ -89,7 +89,7 @@ class _WorkerFailed(Exception):
         self.error: Exception = type(kind, (Exception,), {})(message)
 
 
-class ParallelRunner:
+class ParallelRunner(Runner):
     """Run the engine over input events in ``workers`` processes, with state under the directory ``state``."""
 
     def __init__(
@@ -148,24 +148,6 @@ class ParallelRunner:
         self._route = router(workers)
         self._engine = Engine(params, fault_source_id=fault_source_id)
         self._collector = BatchCollector()
-        #: Events the last :meth:`process` call applied (the others were dead-lettered).
-        self.last_applied = 0
-
-    def process(
-        self,
-        events: Sequence[InputEvent],
-        sink: Sink,
-        *,
-        dead_letters: Iterable[Output] = (),
-        meta: dict[str, bytes] | None = None,
-        origins: Sequence[Origin] | None = None,
-    ) -> list[Output]:
-        """Run one batch of events to quiescence in the workers, hand its outputs to ``sink``, then commit it.
-
-        The arguments and the result are those of :meth:`~streamdedup.drivers.embedded.EmbeddedRunner.process`.
-        """
-        with self._collector.batch():
-            return self._process(events, sink, dead_letters, meta, origins)
 
     def _process(
         self,
