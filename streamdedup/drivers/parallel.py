@@ -118,6 +118,7 @@ class ParallelRunner(Runner):
         # a process that has opened RocksDB would inherit its thread pools without their threads.
         self._conns: list[Connection] = []
         self._processes: list[subprocess.Popen[bytes]] = []
+        self._lost: list[StateError] = []  # workers found gone while sending, reported by the next _gather
         try:
             for index in range(workers):
                 ours, theirs = socket.socketpair()
@@ -244,9 +245,7 @@ class ParallelRunner(Runner):
             for partition, parcel in enumerate(parcels):
                 if parcel:
                     inbound[partition].append(_messages.encode(parcel))
-            active = [w for w in range(self.workers) if inbound[w]]
-            for w in active:
-                self._conns[w].send(("run", inbound[w]))
+            active = self._send({w: ("run", inbound[w]) for w in range(self.workers) if inbound[w]})
             inbound = [[] for _ in range(self.workers)]
             parcels = [[] for _ in range(self.workers)]
             mine, collection = collection, []
@@ -287,14 +286,29 @@ class ParallelRunner(Runner):
                 parcels[partition].append(part)
 
     def _all(self, command: str, argument: object = None) -> None:
-        for conn in self._conns:
-            conn.send((command, argument))
-        self._gather(range(self.workers))
+        self._gather(self._send({w: (command, argument) for w in range(self.workers)}))
+
+    def _send(self, messages: dict[int, tuple[str, object]]) -> list[int]:
+        """Send each worker its message; return the workers that got it, for :meth:`_gather`.
+
+        A worker that is gone fails the run, once the others have answered (a worker never reads a message
+        before it answered the one before).
+        """
+        sent: list[int] = []
+        for w, message in messages.items():
+            try:
+                self._conns[w].send(message)
+            except OSError as exc:
+                self._lost.append(StateError(f"worker {w} stopped unexpectedly ({exc!r})"))
+            else:
+                sent.append(w)
+        return sent
 
     def _gather(self, workers: Iterable[int]) -> list[Any]:
         """Return each worker's answer, in order; raise the first failure once every worker has answered."""
         answers: list[Any] = []
-        failure: BaseException | None = None
+        failure: BaseException | None = self._lost.pop() if self._lost else None
+        self._lost.clear()
         for w in workers:
             try:
                 status, value = self._conns[w].recv()

@@ -187,3 +187,34 @@ def test_a_worker_that_cannot_open_its_state_stops_the_run_with_a_clear_error(tm
     (state / "shard-1" / "db").write_text("not a database")
     with pytest.raises(StateError, match="worker 1"):
         ParallelRunner(PARAMS, state, workers=2)
+
+
+def test_a_worker_killed_after_the_decision_applies_its_batch_when_the_run_reopens(tmp_path, monkeypatch):
+    events = random_feed(random.Random(40), sources=6, events=48)
+    state = tmp_path / "state"
+    runner = ParallelRunner(PARAMS, state, workers=2)
+    produced = _run(runner, events[:24], batch=24)
+    send_all = ParallelRunner._all
+
+    def kill_before_apply(self, command, argument=None):
+        if command == "apply":
+            self._processes[1].kill()  # worker 0 applies the batch; worker 1 dies with it prepared
+            self._processes[1].wait()
+        send_all(self, command, argument)
+
+    monkeypatch.setattr(ParallelRunner, "_all", kill_before_apply)
+    with pytest.raises(StateError, match="worker 1 stopped unexpectedly"):
+        runner.process(events[24:], produced.extend)
+    monkeypatch.setattr(ParallelRunner, "_all", send_all)
+    runner.close()
+    assert not (state / "shard-0" / "prepared").exists() and (state / "shard-1" / "prepared").exists()
+
+    runner = ParallelRunner(PARAMS, state, workers=2)
+    rest = _run(runner, events, batch=48)
+    runner.close()
+    assert rest == []  # both batches are in every store
+    live = live_sources(events)
+    view = View().apply_all(produced)
+    assert check_invariants(view, live, threshold=0.8, shingle_size=5) == []
+    assert view.compacted(with_revision=False) == Reference(Engine(PARAMS), live).compacted()
+    assert runner.counters.positions == sum(len(s.texts) for s in live.values())
