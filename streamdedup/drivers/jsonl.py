@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -141,14 +141,12 @@ class JsonlFeed:
         return {}
 
 
-@contextmanager
-def opened_state(settings: Settings, state: Path, out: str) -> Iterator[tuple[Runner, FileSink]]:
-    """Open the state of an embedded run and its output file (appended to), and close both after use.
+def _open_runner(settings: Settings, state: Path) -> tuple[Runner, Callable[[], None]]:
+    """Return the runner of an embedded run on ``state`` and what closes it.
 
     With ``settings.workers`` above one, the run's partitions go to that many worker processes
     (:mod:`streamdedup.drivers.parallel`).
     """
-    runner: Runner
     if settings.workers > 1:
         from streamdedup.drivers.parallel import ParallelRunner  # noqa: PLC0415 - a run in one process needs none
 
@@ -158,26 +156,33 @@ def opened_state(settings: Settings, state: Path, out: str) -> Iterator[tuple[Ru
             workers=settings.workers,
             fault_source_id=settings.fault_source_id,
         )
-        runner, store, close = parallel, parallel.store, parallel.close
-    else:
-        workers = shard_count(state)
-        if workers:
-            raise StateError(
-                f"the state at {state} is spread over {workers} worker processes; run it with --workers {workers}"
-            )
-        store = RocksDBStore(state)
-        close = store.close
+        return parallel, parallel.close
+    workers = shard_count(state)
+    if workers:
+        raise StateError(
+            f"the state at {state} is spread over {workers} worker processes; run it with --workers {workers}"
+        )
+    store = RocksDBStore(state)
+    try:
+        engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
+        return EmbeddedRunner(engine, store, where=str(state)), store.close
+    except BaseException:
+        store.close()
+        raise
+
+
+@contextmanager
+def opened_state(settings: Settings, state: Path, out: str) -> Iterator[tuple[Runner, FileSink]]:
+    """Open the state of an embedded run and its output file (appended to), and close both after use."""
+    runner, close = _open_runner(settings, state)
     sink: FileSink | None = None
     try:
-        if settings.workers == 1:
-            engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
-            runner = EmbeddedRunner(engine, store, where=str(state))
         if runner.counters.events == 0 and out != "-" and Path(out).exists() and Path(out).stat().st_size:
             raise ConfigurationError(
                 f"{out} already holds outputs, but the state at {state} is new: appending would mix two "
                 "histories in one file; remove it or choose another --out"
             )
-        cut = FileSink.roll_back(out, store.get_meta(SINK_META_KEY))
+        cut = FileSink.roll_back(out, runner.store.get_meta(SINK_META_KEY))
         if cut:
             logger.warning(
                 "%s ended in %d bytes of outputs of a batch whose state was not committed (the last run stopped "

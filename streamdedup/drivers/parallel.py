@@ -14,10 +14,11 @@ workers that sent them. So the same input and the same number of workers give th
 A batch commits in three steps, so that a crash leaves every store with all of the batch or none of it:
 
 1. *prepare*: each worker writes its batch's changes to one file beside its store;
-2. *decide*: the driver commits the batch's number with the run's totals, the view and the outputs' place;
+2. *decide*: the driver commits the batch's number with the collection stage's changes, the run's totals, the
+   view and the outputs' place;
 3. *apply*: each worker writes its changes into its store and removes the file.
 
-On opening, a worker whose record holds a batch the driver decided applies it, and drops a later one: that batch
+On opening, a worker whose file holds a batch the driver decided applies it, and drops a later one: that batch
 was not committed, and the feed gives it again. As in the one-process driver, a failing event never takes its batch
 with it: the batch is dropped in every worker and its events are applied one at a time, each in a transaction nested
 in the batch's, and the one that fails is dead-lettered.
@@ -55,7 +56,6 @@ __all__ = ["ParallelRunner"]
 
 logger = logging.getLogger(__name__)
 
-WORKERS_KEY = "parallel-workers"  # in the driver's store: how many workers the state is spread over
 _BATCH_KEY = "parallel-batch"  # in the driver's store: the number of the last batch decided
 _THAW_EVERY = 64  # batches between two collections of the objects a worker froze (see drivers.collector)
 
@@ -138,8 +138,6 @@ class ParallelRunner(Runner):
             raise
         try:
             check_params(self.store, params, where=where)
-            if self.store.get_meta(WORKERS_KEY) is None:
-                self.store.commit({}, {WORKERS_KEY: str(workers).encode()})
             self._decided = int(self.store.get_meta(_BATCH_KEY) or b"0")
             self._all("recover", self._decided)
         except BaseException:
@@ -351,7 +349,8 @@ def _add(counters: RunCounters, added: dict[str, Any]) -> None:
 
 
 def _worker_main(conn: Connection) -> None:
-    """A worker: one partition of every stage, with its state in a store of its own, at the driver's command."""
+    """A worker: one partition of the source, content and band stages, with a store of its own, at the driver's
+    command."""
     index, workers, path, params, fault_source_id, where = conn.recv()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the workers when it is interrupted
     gc.disable()  # a batch's objects are freed by reference counting; see drivers.collector
@@ -447,9 +446,8 @@ class _Worker:
         for blob in blobs:
             for message in _read_messages.decode(blob):
                 queues[STAGE_OF[type(message)]].append(message)
-        remote: list[list[Message]] = [
-            [] for _ in range(self.workers + 1)
-        ]  # the last: the driver's collection
+        # For each other worker, and last for the driver (the collection stage).
+        remote: list[list[Message]] = [[] for _ in range(self.workers + 1)]
         outputs: list[Output] = []
         here = self.index
         route: Callable[[Message], list[tuple[str, int, Message]]] = self.route

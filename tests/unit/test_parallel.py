@@ -106,14 +106,19 @@ class _Crash(Exception):
     pass
 
 
+def _half_run(tmp_path, seed):
+    """A feed of 48 events, and a run with two workers that has committed the first 24 as one batch."""
+    events = random_feed(random.Random(seed), sources=6, events=48)
+    state = tmp_path / "state"
+    runner = ParallelRunner(PARAMS, state, workers=2)
+    return events, state, runner, _run(runner, events[:24], batch=24)
+
+
 @pytest.mark.parametrize("step", ["prepare", "apply"])
 def test_a_crash_between_the_steps_of_a_commit_leaves_all_or_none_of_the_batch(tmp_path, monkeypatch, step):
     # After "prepare" and before the decision, the batch is in no store yet: it is dropped and runs again. After
     # the decision and before "apply", it is the run's: the workers apply what they prepared when they reopen.
-    events = random_feed(random.Random(35), sources=6, events=48)
-    state = tmp_path / "state"
-    runner = ParallelRunner(PARAMS, state, workers=2)
-    produced = _run(runner, events[:24], batch=24)
+    events, state, runner, produced = _half_run(tmp_path, 35)
     send_all = ParallelRunner._all
 
     def crashing(self, command, argument=None):
@@ -190,10 +195,7 @@ def test_a_worker_that_cannot_open_its_state_stops_the_run_with_a_clear_error(tm
 
 
 def test_a_worker_killed_after_the_decision_applies_its_batch_when_the_run_reopens(tmp_path, monkeypatch):
-    events = random_feed(random.Random(40), sources=6, events=48)
-    state = tmp_path / "state"
-    runner = ParallelRunner(PARAMS, state, workers=2)
-    produced = _run(runner, events[:24], batch=24)
+    events, state, runner, produced = _half_run(tmp_path, 40)
     send_all = ParallelRunner._all
 
     def kill_before_apply(self, command, argument=None):
