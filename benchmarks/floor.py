@@ -6,7 +6,7 @@
 The engine's targets compare it with a Quix Streams application that only hashes chunks
 (:mod:`benchmarks.streaming`) and with datasketch's ``MinHash.bulk`` (:mod:`benchmarks.engine`). A floor says how
 far any Python implementation could go: it is a plain loop that does the storage work the engine cannot avoid and
-nothing else, on the project's own store (``RocksDBStore``, the same RocksDB options), in batches of 256
+nothing else, on the project's own store (``RocksDBStore``, the same RocksDB options), in batches of 2,048
 documents as ``streamdedup run`` takes them, with the chunker, normalization and signature kernel of the engine
 (the package's compiled kernels):
 
@@ -63,7 +63,7 @@ from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.settings import Settings
 from streamdedup.store.rocksdb import RocksDBStore
 
-BATCH = 256
+BATCH = Settings.model_fields["batch_size"].default  # as `streamdedup run`
 MAX_SOURCES = 100
 FLOORS = ("exact", "lsh_rocksdb", "lsh_memory", "lsh_sorted")
 

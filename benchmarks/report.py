@@ -135,7 +135,7 @@ def _engine(lines: list[str]) -> None:
         f"Machine: {_machine(result)}. Command: `{result['command']}`.\n",
         f"**Django docs** ({django['files']:,} files of five releases, {django['chunks']:,} chunks, "
         f"{django['exact']:,} exact and {django['near']:,} near copies, {django['canonical']:,} canonical chunks), "
-        "embedded runner, RocksDB state, batches of 256 documents:\n",
+        f"embedded runner, RocksDB state, batches of {django.get('batch', 256):,} documents:\n",
         "| | chunks/s | ratio to datasketch bulk |",
         "|---|---:|---:|",
         *(
@@ -670,7 +670,8 @@ def _popularity(lines: list[str]) -> None:
         "",
         f"{result['sources']:,} sources, each one document of two chunks: a passage every source shares and a text",
         "of its own. Each source is newer than the last, so the shared chunk's canonical source moves with every",
-        f"batch. Embedded runner, RocksDB state, batches of 256 documents; windows of {result['window']:,} sources.",
+        f"batch. Embedded runner, RocksDB state, batches of {result.get('batch', 256):,} documents; windows of "
+        f"{result['window']:,} sources.",
         "",
         "| sources so far | sources/s | ratio to first window |",
         "|---:|---:|---:|",

@@ -11,7 +11,7 @@ the same feed (documents of five real Django chunks each, pre-chunked upserts):
    input chunk, from the worker's ``/metrics`` scraped before producing and once it is idle (and the changelog
    topics' end offsets); the worker's CPU seconds (user + system) over the same window, so chunks per CPU-second;
 3. the embedded engine on the same events in this process (``EmbeddedRunner``, RocksDB in a temporary directory,
-   batches of 256 as ``streamdedup run``, each input decoded from the same bytes, outputs to a JSONL file);
+   batches of 2,048 as ``streamdedup run``, each input decoded from the same bytes, outputs to a JSONL file);
 4. two workers on the four partitions: chunks/s, and chunks per CPU-second summed over both workers;
 5. the Quix Streams peer (:mod:`benchmarks.quix_peer`): exact-only dedup of the same chunks, from launch and after
    its startup, and per CPU-second;
@@ -64,7 +64,7 @@ BROKER = f"kafka://127.0.0.1:{PORT}"
 DOCUMENTS = 6000
 CHUNKS_PER_DOCUMENT = 5
 PARTITIONS = 4
-EMBEDDED_BATCH = 256  # events per batch, as `streamdedup run`
+EMBEDDED_BATCH = Settings.model_fields["batch_size"].default  # as `streamdedup run`
 LATENCY_SECONDS = 20.0
 PROFILE_RATE = 100  # py-spy samples per second
 REPEATS = 2  # runs of each contender (one worker, embedded, two workers, Quix); the best counts

@@ -112,7 +112,15 @@ class Settings(BaseSettings):
     )
 
     # Embedded runner.
-    batch_size: int = Field(256, ge=1, description="Input events per batch (one atomic state commit each).")
+    # A batch is one atomic commit. The more copies of a text one batch holds, the fewer times its chunk record and
+    # the mappings it changes are rewritten and emitted (as a Kafka Streams cache merges a key's updates within its
+    # commit interval): on the five Django releases, batches of 2,048 instead of 256 made a run 1.5 times as fast.
+    batch_size: int = Field(2048, ge=1, description="Input events per batch (one atomic state commit each).")
+    batch_chars: int = Field(
+        32 * 1024 * 1024,
+        ge=1,
+        description="Characters of document text after which a batch closes early (bounds a batch's memory).",
+    )
     workers: int = Field(
         1,
         ge=1,

@@ -46,6 +46,7 @@ from streamdedup.core.model import InputEvent
 from streamdedup.core.params import EngineParams, candidate_probability, describe_mismatch
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.state import ContentRecord
+from streamdedup.drivers.feeds import text_chars
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
 from streamdedup.settings import Settings
 from streamdedup.store.base import PARAMS_KEY
@@ -232,17 +233,18 @@ def _input_corpus(settings: Settings, source: Path, collection: str | None, cons
             # Batches count dead letters as run's do, so boilerplate learned in one batch applies from the next.
             nonlocal letters
             batch: list[InputEvent] = []
-            taken = 0
+            taken = chars = 0
             for item in items:
                 taken += 1
+                chars += text_chars(item.item)
                 if isinstance(item.item, Output):
                     letters += 1
                 else:
                     batch.append(item.item)
-                if taken == settings.batch_size:
+                if taken == settings.batch_size or chars >= settings.batch_chars:
                     yield batch
                     progress.update(task, completed=item.done)
-                    batch, taken = [], 0
+                    batch, taken, chars = [], 0, 0
             if batch:
                 yield batch
             progress.update(task, completed=total)

@@ -123,6 +123,7 @@ def _run_engine(
             feed,
             sink,
             batch_size=settings.batch_size,
+            batch_chars=settings.batch_chars,
             start=lambda total: progress.update(task, total=total),
             progress=lambda done: progress.update(task, completed=done),
         )

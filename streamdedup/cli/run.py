@@ -58,9 +58,7 @@ def run_command(
             raise ConfigurationError("--watch needs a folder to watch, not a file")
         report = RunReport()
         with opened_state(settings, state, out) as (runner, sink):
-            _run_feed(
-                JsonlFeed(source, settings.event_limits()), runner, sink, settings.batch_size, report, console
-            )
+            _run_feed(JsonlFeed(source, settings.event_limits()), runner, sink, settings, report, console)
             counters = runner.counters
     else:
         feed = input_feed(settings, source, collection)
@@ -68,10 +66,10 @@ def run_command(
         report = RunReport()
         with opened_state(settings, state, out) as (runner, sink):
             feed.load(runner.store.get_meta(feed.meta_key))
-            _run_feed(feed, runner, sink, settings.batch_size, report, console)
+            _run_feed(feed, runner, sink, settings, report, console)
             if watch:
                 console.print(f"watching {source} (Ctrl-C to stop); outputs go to {out}")
-                _watch(feed, runner, sink, settings.batch_size, report, console)
+                _watch(feed, runner, sink, settings, report, console)
             counters = runner.counters
     console.print(summary_table(report, counters, time.monotonic() - started))
     if out != "-":
@@ -82,7 +80,7 @@ def _run_feed(
     feed: JsonlFeed | FolderFeed,
     runner: Runner,
     sink: FileSink,
-    batch_size: int,
+    settings: Settings,
     report: RunReport,
     console: Console,
 ) -> int:
@@ -103,7 +101,8 @@ def _run_feed(
             runner,
             feed,
             sink,
-            batch_size=batch_size,
+            batch_size=settings.batch_size,
+            batch_chars=settings.batch_chars,
             report=report,
             start=start,
             progress=lambda done: progress.update(task, completed=done),
@@ -115,7 +114,7 @@ def _watch(
     feed: FolderFeed,
     runner: Runner,
     sink: FileSink,
-    batch_size: int,
+    settings: Settings,
     report: RunReport,
     console: Console,
 ) -> None:
@@ -139,7 +138,7 @@ def _watch(
             yield_on_timeout=True,
             raise_interrupt=False,
         ):
-            applied = _run_feed(feed, runner, sink, batch_size, report, console)
+            applied = _run_feed(feed, runner, sink, settings, report, console)
             if applied:
                 console.print(f"{applied} change(s) applied; {runner.counters.chunks:,} canonical chunks")
     finally:

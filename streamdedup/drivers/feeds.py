@@ -2,9 +2,10 @@
 
 A :class:`Feed` yields :class:`FeedItem` objects: an input event or, for input that is not a valid event, its
 dead letter, with where it came from and how far along the feed it is. :func:`run_feed` takes them in batches of
-``batch_size``, runs each batch through the runner (which hands the outputs to the sink, then commits the state
-with the feed's own position) and reports progress. A JSONL file (:class:`~streamdedup.drivers.jsonl.JsonlFeed`)
-and a folder (:class:`~streamdedup.drivers.folder.FolderFeed`) are feeds.
+``batch_size`` (fewer once they hold ``batch_chars`` characters of text), runs each batch through the runner
+(which hands the outputs to the sink, then commits the state with the feed's own position) and reports progress.
+A JSONL file (:class:`~streamdedup.drivers.jsonl.JsonlFeed`) and a folder
+(:class:`~streamdedup.drivers.folder.FolderFeed`) are feeds.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from streamdedup.core.messages import Output
-from streamdedup.core.model import InputEvent
+from streamdedup.core.model import InputEvent, UpsertEvent
 from streamdedup.drivers.embedded import Origin, Runner, Sink
 
-__all__ = ["Feed", "FeedItem", "RunReport", "run_feed"]
+__all__ = ["Feed", "FeedItem", "RunReport", "run_feed", "text_chars"]
 
 
 class FeedItem(NamedTuple):
@@ -56,26 +57,40 @@ class RunReport:
         self.outputs += len(outputs)
 
 
+def text_chars(item: InputEvent | Output) -> int:
+    """Return the characters of document text ``item`` brings (its text, or its chunks); 0 for anything else."""
+    if not isinstance(item, UpsertEvent):
+        return 0
+    if item.text is not None:
+        return len(item.text)
+    return sum(map(len, item.chunks or ()))
+
+
 def run_feed(
     runner: Runner,
     feed: Feed,
     sink: Sink,
     *,
     batch_size: int,
+    batch_chars: int | None = None,
     report: RunReport | None = None,
     start: Callable[[int], None] = lambda total: None,
     progress: Callable[[int], None] = lambda done: None,
 ) -> RunReport:
     """Run every item of ``feed`` through ``runner`` in batches; ``start`` gets the total, ``progress`` the done.
 
+    A batch closes at ``batch_size`` items, or earlier once its events hold ``batch_chars`` characters of text (if
+    given), so that a feed of large documents does not make one batch hold more than that in memory.
     Every item is either applied or dead-lettered, never both and never neither, whatever it holds.
     """
     report = report if report is not None else RunReport()
     total, items = feed.open()
     start(total)
     batch: list[FeedItem] = []
+    chars = 0
 
     def flush() -> None:
+        nonlocal chars
         events = [i.item for i in batch if not isinstance(i.item, Output)]
         origins = [i.origin for i in batch if not isinstance(i.item, Output)]
         letters = [i.item for i in batch if isinstance(i.item, Output)]
@@ -84,10 +99,13 @@ def run_feed(
         report.add(runner.last_applied, outputs)
         progress(batch[-1].done)
         batch.clear()
+        chars = 0
 
     for item in items:
         batch.append(item)
-        if len(batch) >= batch_size:
+        if batch_chars is not None:
+            chars += text_chars(item.item)
+        if len(batch) >= batch_size or (batch_chars is not None and chars >= batch_chars):
             flush()
     if batch:
         flush()

@@ -118,15 +118,16 @@ def test_the_codec_raises_nothing_but_invalid_event_and_what_it_accepts_round_tr
     assert decode_event(encode_event(event), LIMITS) == event
 
 
-@given(st.lists(lines, min_size=1, max_size=8), st.integers(1, 4))
-def test_run_applies_or_dead_letters_every_line_exactly_once(raws, batch_size):
+@given(st.lists(lines, min_size=1, max_size=8), st.integers(1, 4), st.one_of(st.none(), st.integers(1, 400)))
+def test_run_applies_or_dead_letters_every_line_exactly_once(raws, batch_size, batch_chars):
     engine = Engine(EngineParams())
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "feed.jsonl"
         path.write_bytes(b"\n".join(raws) + b"\n")
         outputs: list[Output] = []
         runner = EmbeddedRunner(engine, MemoryStore())
-        report = run_feed(runner, JsonlFeed(path, LIMITS), outputs.extend, batch_size=batch_size)
+        feed = JsonlFeed(path, LIMITS)
+        report = run_feed(runner, feed, outputs.extend, batch_size=batch_size, batch_chars=batch_chars)
     events = [_decoded(raw) for raw in raws]
     invalid = [number for number, event in enumerate(events, start=1) if event is None]
     letters = [o.value["origin"]["line"] for o in outputs if o.topic == "dlq"]
