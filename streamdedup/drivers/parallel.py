@@ -6,10 +6,12 @@ the collection stage itself (one partition: most runs have few collections, and 
 worker the one all others wait for), and keeps its state, the run's totals, the view and the feed's position in
 ``STATE/db``.
 
-A batch runs in rounds. The driver hands each worker the messages for its partitions; each worker runs them, and
-everything they cause in its own partitions, to quiescence, and sends back its outputs and the messages for other
-workers' partitions (MessagePack, one blob per destination), which the next round delivers in the order of the
-workers that sent them. So the same input and the same number of workers give the same outputs in the same order.
+A batch runs in rounds. The driver hands each worker the messages for its partitions; each worker runs each stage
+once on them, with what its own partitions sent one another in the round before, and sends back its outputs and the
+messages for other workers' partitions (MessagePack, one blob per destination), which the next round delivers in
+the order of the workers that sent them, after the worker's own. So a stage's partition takes in one call all that
+the round brings it from every worker, as in one process, and the same input and the same number of workers give
+the same outputs in the same order.
 
 A batch commits in three steps, so that a crash leaves every store with all of the batch or none of it:
 
@@ -33,7 +35,6 @@ import signal
 import socket
 import subprocess
 import sys
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -239,11 +240,15 @@ class ParallelRunner(Runner):
             self._deliver(event, parcels, collection)
         outputs: list[Output] = []
         inbound: list[list[bytes]] = [[] for _ in range(self.workers)]
-        while any(parcels) or any(inbound) or collection:
+        waiting: set[int] = set()  # workers that kept messages of their own for the next round
+        while any(parcels) or any(inbound) or collection or waiting:
             for partition, parcel in enumerate(parcels):
                 if parcel:
                     inbound[partition].append(_messages.encode(parcel))
-            active = self._send({w: ("run", inbound[w]) for w in range(self.workers) if inbound[w]})
+            active = self._send(
+                {w: ("run", inbound[w]) for w in range(self.workers) if inbound[w] or w in waiting}
+            )
+            waiting = set()
             inbound = [[] for _ in range(self.workers)]
             parcels = [[] for _ in range(self.workers)]
             mine, collection = collection, []
@@ -259,7 +264,9 @@ class ParallelRunner(Runner):
                         produced_here.append(item)
                     else:
                         self._deliver(item, parcels, collection)
-            for sent, produced_there, added in self._gather(active):
+            for w, (sent, produced_there, added, kept) in zip(active, self._gather(active), strict=True):
+                if kept:
+                    waiting.add(w)
                 outputs.extend(
                     Output(o.topic, o.key, None if o.value == _NULL else o.value)
                     for o in _read_outputs.decode(produced_there)
@@ -396,12 +403,17 @@ class _Worker:
         self.batch: Transaction | None = None
         self.nested: Transaction | None = None
         self.batches = 0
+        # What this worker's partitions sent one another in the last round, for the next (see run).
+        self.kept: dict[str, list[Message]] = {stage: [] for stage in STAGES}
 
     def do(self, command: str, argument: Any) -> Any:
         if command == "run":
             txn = self.nested or self.batch
             assert txn is not None
             return self.run(txn, argument)
+        # A new batch, or an event of a failed batch applied alone, starts with nothing kept from before.
+        if command in ("begin", "nest", "drop"):
+            self.kept = {stage: [] for stage in STAGES}
         if command == "begin":
             self.batch, self.nested = Transaction(self.store), None
         elif command == "nest":
@@ -435,44 +447,46 @@ class _Worker:
             raise ValueError(f"unknown command {command!r}")
         return None
 
-    def run(self, txn: Transaction, blobs: list[bytes]) -> tuple[list[bytes], bytes, dict[str, Any]]:
-        """Run the messages ``blobs`` deliver, and all they cause here, to quiescence.
+    def run(self, txn: Transaction, blobs: list[bytes]) -> tuple[list[bytes], bytes, dict[str, Any], bool]:
+        """Run each stage once on what its partition here received, and return what that caused.
 
-        Return the messages for each other worker (MessagePack, empty for none), the outputs (JSON), and what they
-        add to the run's totals: this worker keeps the view of the keys its partitions emit (a source's mapping
-        comes from its source partition, a chunk from its content partition).
+        A stage takes, in one call, what this worker's partitions sent it in the last round and what arrived from
+        the others for this one: a text that copies from several workers' sources hold is then settled, stored and
+        emitted once, as in one process, instead of once for the local copies and again for the remote ones.
+        What it sends a partition here waits for the next round, with what arrives then.
+
+        Return the messages for each other worker (MessagePack, empty for none), the outputs (JSON), what they add
+        to the run's totals (this worker keeps the view of the keys its partitions emit: a source's mapping comes
+        from its source partition, a chunk from its content partition), and whether it kept messages for the next
+        round.
         """
-        queues: dict[str, deque[Message]] = {stage: deque() for stage in STAGES}
+        arrived, self.kept = self.kept, {stage: [] for stage in STAGES}
         for blob in blobs:
             for message in _read_messages.decode(blob):
-                queues[STAGE_OF[type(message)]].append(message)
+                arrived[STAGE_OF[type(message)]].append(message)
         # For each other worker, and last for the driver (the collection stage).
         remote: list[list[Message]] = [[] for _ in range(self.workers + 1)]
         outputs: list[Output] = []
         here = self.index
         route: Callable[[Message], list[tuple[str, int, Message]]] = self.route
-        while any(queues.values()):
-            for stage in STAGES:
-                queue = queues[stage]
-                if not queue:
+        for stage in STAGES:
+            if not arrived[stage]:
+                continue
+            for item in self.engine.handle(stage, arrived[stage], txn.partition(stage, here)):
+                if isinstance(item, Output):
+                    outputs.append(item)
                     continue
-                batch = list(queue)
-                queue.clear()
-                for item in self.engine.handle(stage, batch, txn.partition(stage, here)):
-                    if isinstance(item, Output):
-                        outputs.append(item)
-                        continue
-                    for to_stage, partition, message in route(item):
-                        if to_stage == "collection":
-                            remote[-1].append(message)
-                        elif partition == here:
-                            queues[to_stage].append(message)
-                        else:
-                            remote[partition].append(message)
+                for to_stage, partition, message in route(item):
+                    if to_stage == "collection":
+                        remote[-1].append(message)
+                    elif partition == here:
+                        self.kept[to_stage].append(message)
+                    else:
+                        remote[partition].append(message)
         counts = RunCounters()
         counts.observe_all(outputs, txn)
         sent = [_messages.encode(r) if r else b"" for r in remote]
-        return sent, _outputs.encode(outputs), counts.__dict__
+        return sent, _outputs.encode(outputs), counts.__dict__, any(self.kept.values())
 
     def recover(self, decided: int) -> None:
         """Apply a prepared batch that the driver decided; drop one it did not."""
