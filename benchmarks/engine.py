@@ -18,11 +18,12 @@
    changed) of an earlier one (drawn from a reservoir of 50,000), 60% new text (the first half of one real
    chunk and the second half of another, one word changed). Throughput and resident memory are recorded for
    every 50,000 chunks. After every batch the run also times a fixed piece of work of the same kind on a new
-   in-memory state (the same 100 positions through the engine), outside the window's time: summed over a
-   window, the machine's speed during that window, which on a shared machine drifts during a run of several
-   minutes. The throughput ratio is reported as measured and at the machine's speed of each window (scaled by
-   how much longer the fixed work took than in the first window). Each window also records the CPU time of the
-   thread that runs the engine and of the process's other threads (RocksDB's flushes and compactions).
+   in-memory state (the same 100 positions through the engine, once per 256 documents of the batch), outside the
+   window's time: summed over a window, the machine's speed during that window, which on a shared machine drifts
+   during a run of several minutes. The throughput ratio is reported as measured and at the machine's speed of
+   each window (scaled by how much longer the fixed work took than in the first window). Each window also records
+   the CPU time of the thread that runs the engine and of the process's other threads (RocksDB's flushes and
+   compactions).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ from streamdedup.store.rocksdb import RocksDBStore
 
 BATCH = Settings.model_fields["batch_size"].default  # as `streamdedup run`
 WINDOW = 50_000
+# Fixed-work probes after each batch of the growth run: one per 256 documents, so that a window holds as many as
+# with batches of 256 (with one per batch of 2,048, a window of three batches summed three short probes).
+PROBES = max(1, BATCH // 256)
 
 
 def _discard(outputs: list[Any]) -> None:
@@ -266,7 +270,8 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
         runner.process(events, _discard)
         done += 10 * len(events)
         paused, paused_thread = time.perf_counter(), time.thread_time()
-        fixed += probe()
+        for _ in range(PROBES):
+            fixed += probe()
         window_start += time.perf_counter() - paused  # the probe is not the window's work
         probe_cpu = time.thread_time() - paused_thread
         cpu_start += probe_cpu
