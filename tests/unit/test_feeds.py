@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -26,16 +27,9 @@ class _Recording(EmbeddedRunner):
         super().__init__(Engine(EngineParams()), MemoryStore())
         self.batches: list[int] = []
 
-    def _process(
-        self,
-        events: Sequence[InputEvent],
-        sink: Sink,
-        dead_letters: Iterable[Output],
-        meta: dict[str, bytes] | None,
-        origins: Sequence[Origin] | None,
-    ) -> list[Output]:
+    def process(self, events: Sequence[InputEvent], sink: Sink, **kwargs: Any) -> list[Output]:
         self.batches.append(len(events))
-        return super()._process(events, sink, dead_letters, meta, origins)
+        return super().process(events, sink, **kwargs)
 
 
 class _ListFeed:
@@ -62,7 +56,7 @@ def test_text_chars_counts_the_text_or_the_chunks_of_an_upsert_and_nothing_else(
     assert text_chars(_text(0, 3)) == len(_text(0, 3).text or "")
     assert text_chars(upsert("a", 1, ["abc", "de"])) == 5
     assert text_chars(DeleteEvent(source_id="a", version=2)) == 0
-    assert text_chars(Output("dlq", None, b"bad line")) == 0
+    assert text_chars(Output("dlq", None, {"error": "bad line"})) == 0
 
 
 def test_a_batch_closes_at_batch_size_items() -> None:
