@@ -46,7 +46,7 @@ from streamdedup.core.model import InputEvent
 from streamdedup.core.params import EngineParams, candidate_probability, describe_mismatch
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.state import ContentRecord
-from streamdedup.drivers.feeds import text_chars
+from streamdedup.drivers.feeds import cut_batches
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
 from streamdedup.settings import Settings
 from streamdedup.store.base import PARAMS_KEY
@@ -232,21 +232,12 @@ def _input_corpus(settings: Settings, source: Path, collection: str | None, cons
         def batches() -> Iterator[list[InputEvent]]:
             # Batches count dead letters as run's do, so boilerplate learned in one batch applies from the next.
             nonlocal letters
-            batch: list[InputEvent] = []
-            taken = chars = 0
-            for item in items:
-                taken += 1
-                chars += text_chars(item.item)
-                if isinstance(item.item, Output):
-                    letters += 1
-                else:
-                    batch.append(item.item)
-                if taken == settings.batch_size or chars >= settings.batch_chars:
-                    yield batch
-                    progress.update(task, completed=item.done)
-                    batch, taken, chars = [], 0, 0
-            if batch:
-                yield batch
+            for batch in cut_batches(items, settings.batch_size, settings.batch_chars):
+                events = [i.item for i in batch if not isinstance(i.item, Output)]
+                letters += len(batch) - len(events)
+                if events:  # a batch of dead letters alone changes nothing
+                    yield events
+                progress.update(task, completed=batch[-1].done)
             progress.update(task, completed=total)
 
         corpus = corpus_from_events(batches(), settings.engine_params())

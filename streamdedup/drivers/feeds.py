@@ -10,7 +10,7 @@ A JSONL file (:class:`~streamdedup.drivers.jsonl.JsonlFeed`) and a folder
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -18,7 +18,7 @@ from streamdedup.core.messages import Output
 from streamdedup.core.model import InputEvent, UpsertEvent
 from streamdedup.drivers.embedded import Origin, Runner, Sink
 
-__all__ = ["Feed", "FeedItem", "RunReport", "run_feed", "text_chars"]
+__all__ = ["Feed", "FeedItem", "RunReport", "cut_batches", "run_feed", "text_chars"]
 
 
 class FeedItem(NamedTuple):
@@ -66,6 +66,27 @@ def text_chars(item: InputEvent | Output) -> int:
     return sum(map(len, item.chunks or ()))
 
 
+def cut_batches(
+    items: Iterable[FeedItem], batch_size: int, batch_chars: int | None = None
+) -> Iterator[list[FeedItem]]:
+    """Yield ``items`` in batches of ``batch_size``, closing one earlier once its events hold ``batch_chars``.
+
+    ``batch_chars`` (if given) counts characters of document text (:func:`text_chars`), so that a feed of large
+    documents does not make one batch hold more than that in memory. ``run`` and ``calibrate`` cut feeds alike.
+    """
+    batch: list[FeedItem] = []
+    chars = 0
+    for item in items:
+        batch.append(item)
+        if batch_chars is not None:
+            chars += text_chars(item.item)
+        if len(batch) >= batch_size or (batch_chars is not None and chars >= batch_chars):
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
 def run_feed(
     runner: Runner,
     feed: Feed,
@@ -79,18 +100,13 @@ def run_feed(
 ) -> RunReport:
     """Run every item of ``feed`` through ``runner`` in batches; ``start`` gets the total, ``progress`` the done.
 
-    A batch closes at ``batch_size`` items, or earlier once its events hold ``batch_chars`` characters of text (if
-    given), so that a feed of large documents does not make one batch hold more than that in memory.
-    Every item is either applied or dead-lettered, never both and never neither, whatever it holds.
+    Batches are cut as :func:`cut_batches` cuts them. Every item is either applied or dead-lettered, never both and
+    never neither, whatever it holds.
     """
     report = report if report is not None else RunReport()
     total, items = feed.open()
     start(total)
-    batch: list[FeedItem] = []
-    chars = 0
-
-    def flush() -> None:
-        nonlocal chars
+    for batch in cut_batches(items, batch_size, batch_chars):
         events = [i.item for i in batch if not isinstance(i.item, Output)]
         origins = [i.origin for i in batch if not isinstance(i.item, Output)]
         letters = [i.item for i in batch if isinstance(i.item, Output)]
@@ -98,16 +114,5 @@ def run_feed(
         outputs = runner.process(events, sink, dead_letters=letters, meta=meta, origins=origins)
         report.add(runner.last_applied, outputs)
         progress(batch[-1].done)
-        batch.clear()
-        chars = 0
-
-    for item in items:
-        batch.append(item)
-        if batch_chars is not None:
-            chars += text_chars(item.item)
-        if len(batch) >= batch_size or (batch_chars is not None and chars >= batch_chars):
-            flush()
-    if batch:
-        flush()
     progress(total)
     return report
