@@ -24,6 +24,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod bands;
 mod batch;
 mod content;
+mod json;
 mod lines;
 mod mapping;
 mod text;
@@ -531,5 +532,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(text::line_hashes, module)?)?;
     module.add_function(wrap_pyfunction!(mapping::source_mapping, module)?)?;
     module.add_function(wrap_pyfunction!(content::content_reencode, module)?)?;
+    module.add_function(wrap_pyfunction!(json::json_from_msgpack, module)?)?;
     Ok(())
 }

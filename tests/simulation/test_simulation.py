@@ -166,7 +166,7 @@ def test_bounded_chunk_records_reach_the_same_view_under_any_interleaving(
     assert check_invariants(view, live, threshold=0.8, shingle_size=5) == []
     assert view.compacted(with_revision=False) == embedded.compacted(with_revision=False)
     assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
-    chunks = [o.value for o in outputs if o.topic == "canonical-chunks" and o.value is not None]
+    chunks = [o.record() for o in outputs if o.topic == "canonical-chunks" and o.value is not None]
     assert any(c["source_count"] > len(c["sources"]) == 2 for c in chunks)  # the bound was in play
 
 

@@ -110,7 +110,8 @@ def test_a_text_too_short_for_near_matching_is_decided_at_once(stage):
     (status,) = _of(out, ContentStatus)
     assert (status.source_id, status.chunk_id, status.relation) == ("s", content_hash(SHORT), "canonical")
     (chunk,) = _outputs(out, "canonical-chunks")
-    assert chunk.value["source_count"] == 1 and chunk.value["canonical"] == {"source_id": "s", "position": 0}
+    record = chunk.record()
+    assert record["source_count"] == 1 and record["canonical"] == {"source_id": "s", "position": 0}
 
 
 def test_an_older_version_of_a_source_is_ignored(stage):
@@ -125,7 +126,7 @@ def test_a_new_copy_is_counted_and_its_source_told_its_chunk(stage):
     (status,) = _of(out, ContentStatus)
     assert (status.source_id, status.canonical_ref) == ("b", ("a", 0))  # "a" is newer: it stays canonical
     (chunk,) = _outputs(out, "canonical-chunks")
-    assert chunk.value["source_count"] == 2 and chunk.value["revision"] == 2
+    assert chunk.record()["source_count"] == 2 and chunk.record()["revision"] == 2
 
 
 def test_the_last_position_gone_leaves_the_bands_and_retracts_the_chunk(stage):
@@ -384,7 +385,7 @@ def test_a_members_report_is_listed_in_its_canonicals_chunk_and_a_stale_update_i
     joined = Info(5, "member", _rank(NEAR, "m", 1), ("*",), content_hash(TEXT))
     out = stage(NeighborUpdate(content_hash(TEXT), member, joined, report))
     (chunk,) = _outputs(out, "canonical-chunks")
-    assert chunk.value["member_count"] == 2 and chunk.value["source_count"] == 2
+    assert chunk.record()["member_count"] == 2 and chunk.record()["source_count"] == 2
     assert stage(NeighborUpdate(content_hash(TEXT), member, Info(4, "member"), None)) == []  # older seq
 
 
@@ -401,4 +402,4 @@ def test_a_dead_neighbour_is_dropped_with_its_report(stage):
     )
     out = stage(NeighborUpdate(content_hash(TEXT), member, Info(6, "dead")))
     (chunk,) = _outputs(out, "canonical-chunks")
-    assert chunk.value["member_count"] == 1 and member not in stage.record(TEXT).neighbors
+    assert chunk.record()["member_count"] == 1 and member not in stage.record(TEXT).neighbors

@@ -81,7 +81,7 @@ class FakeEmbedder:
 
 
 def as_record(output: Output) -> Record:
-    value = None if output.value is None else json.dumps(output.value).encode()
+    value = None if output.value is None else json.dumps(output.record()).encode()
     return (output.topic, output.key or "", value)
 
 

@@ -132,7 +132,7 @@ def test_content_stage_decides_after_discovery(engine):
     acks = [BandAck("h", join.epoch, join.band_keys)]
     out = _handle(engine, "content", acks, txn)
     chunks = [m for m in out if isinstance(m, Output) and m.topic == "canonical-chunks"]
-    assert len(chunks) == 1 and chunks[0].key == "h" and chunks[0].value["revision"] == 1
+    assert len(chunks) == 1 and chunks[0].key == "h" and chunks[0].record()["revision"] == 1
 
 
 def test_a_band_message_is_delivered_once_per_band_partition_with_that_partitions_keys(engine):
@@ -234,5 +234,5 @@ def test_a_chunk_record_writes_a_sources_time_as_the_model_formats_it(micros):
     attrs = SourceAttrs(acl=("*",), modified_at=micros)
     event = UpsertEvent(source_id="s", version=1, attrs=attrs, chunks=("some words of one chunk",))
     outputs = EmbeddedRunner(Engine(EngineParams()), MemoryStore()).process([event], lambda _: None)
-    (chunk,) = [o.value for o in outputs if o.topic == "canonical-chunks"]
+    (chunk,) = [o.record() for o in outputs if o.topic == "canonical-chunks"]
     assert chunk["sources"][0]["modified_at"] == format_timestamp(micros)

@@ -29,6 +29,7 @@ pub struct Classes {
     pub member_report: Py<PyAny>,
     pub source_ref: Py<PyAny>,
     pub source_attrs: Py<PyAny>,
+    pub raw: Py<PyAny>,
 }
 
 impl Classes {
@@ -56,6 +57,7 @@ impl Classes {
             member_report: get("MemberReport")?,
             source_ref: get("SourceRef")?,
             source_attrs: get("SourceAttrs")?,
+            raw: get("Raw")?,
         })
     }
 }

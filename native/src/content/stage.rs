@@ -20,6 +20,7 @@ use super::model::{
 use super::mp::{Reader as MpReader, Writer as MpWriter};
 use super::policy::{covered, decide, rank_of, split_reason, Policy, EVERYONE};
 use super::py::{self, Classes, Writer};
+use crate::json::Writer as JsonWriter;
 
 pub const CONTENT_ID_CHARS: usize = 16;
 
@@ -400,11 +401,16 @@ impl<'a, 'py> Batch<'a, 'py> {
             Some(v) => v.into_any(),
             None => py.None().into_bound(py),
         };
+        self.output_value(topic, key, value)
+    }
+
+    /// An output whose value is any object: a dict, an encoded `msgspec.Raw`, or None for a tombstone.
+    fn output_value(&mut self, topic: &str, key: &str, value: Bound<'py, PyAny>) -> PyResult<()> {
         let obj = self
             .make
             .classes
             .output
-            .bind(py)
+            .bind(self.py)
             .call1((topic, key, value))?;
         self.emit(obj);
         Ok(())
@@ -1493,11 +1499,14 @@ impl<'a, 'py> Batch<'a, 'py> {
 
     /// `records.chunk_value`: the chunk's value without its revision, as a Python dict, and the digest of its
     /// MessagePack encoding (what `_emit_chunk` compares).
+    /// The chunk's `canonical-chunks` value at `revision`, as its JSON (a `msgspec.Raw`), with the digest of
+    /// the value without its revision; no value when the digest is the one last written.
     fn chunk(
         &mut self,
         work: &Work,
         readers: &[String],
-    ) -> PyResult<(String, Option<Bound<'py, PyDict>>)> {
+        revision: i64,
+    ) -> PyResult<(String, Option<Bound<'py, PyAny>>)> {
         let record = &work.record;
         let key = work.key.as_str();
         let policy = self.policy;
@@ -1632,6 +1641,114 @@ impl<'a, 'py> Batch<'a, 'py> {
             return Ok((digest, None));
         }
 
+        // The value as msgspec writes the twin's dict: the same fields in the same order, then `revision`.
+        let mut j = JsonWriter::with_capacity(w.out.len() + w.out.len() / 4 + 64);
+        j.raw(b"{\"schema\":");
+        j.str(CHUNK_SCHEMA);
+        j.raw(b",\"chunk_id\":");
+        j.str(key);
+        j.raw(b",\"text\":");
+        j.str(text);
+        j.raw(b",\"content_hash\":");
+        j.str(key);
+        j.raw(b",\"canonical\":{\"source_id\":");
+        j.str(&canonical.0);
+        j.raw(b",\"position\":");
+        j.int(canonical.1);
+        j.raw(b"},\"acl\":");
+        j.strings(readers);
+        j.raw(b",\"members\":[{\"content_hash\":");
+        j.str(key);
+        j.raw(b",\"relation\":\"canonical\",\"jaccard\":1.0}");
+        for (h, report) in &listed {
+            j.raw(b",{\"content_hash\":");
+            j.str(h);
+            j.raw(b",\"relation\":\"near\",\"jaccard\":");
+            j.float(round6(report.jaccard));
+            j.raw(b"}");
+        }
+        j.raw(b"],\"member_count\":");
+        j.int(member_count);
+        j.raw(b",\"sources\":[");
+        for (i, ((c, stamp), acl)) in candidates.iter().zip(&timestamps).zip(&acls).enumerate() {
+            let attrs = &c.r.attrs;
+            j.raw(if i == 0 {
+                b"{\"source_id\":"
+            } else {
+                b",{\"source_id\":"
+            });
+            j.str(&c.r.source_id);
+            j.raw(b",\"position\":");
+            j.int(c.r.position);
+            j.raw(b",\"content_hash\":");
+            j.str(c.content_hash);
+            j.raw(b",\"acl\":");
+            j.strings(acl);
+            j.raw(b",\"modified_at\":");
+            j.str(stamp);
+            j.raw(b",\"authority\":");
+            j.int(attrs.authority);
+            j.raw(b",\"uri\":");
+            match &attrs.uri {
+                Some(uri) => j.str(uri),
+                None => j.nil(),
+            }
+            if let Some(title) = &attrs.title {
+                j.raw(b",\"title\":");
+                j.str(title);
+            }
+            if let Some(metadata) = &attrs.metadata {
+                j.raw(b",\"metadata\":");
+                if !j.value(metadata) {
+                    // Not a JSON document's metadata (binary data, keys that are not strings): the value as
+                    // Python objects, which the output's own encoder writes as it can.
+                    let value =
+                        self.chunk_object(work, readers, &listed, &candidates, &timestamps, &acls)?;
+                    value.set_item(pyo3::intern!(self.py, "revision"), revision)?;
+                    return Ok((digest, Some(value.into_any())));
+                }
+            }
+            j.raw(b"}");
+        }
+        j.raw(b"],\"source_count\":");
+        j.int(source_count);
+        j.raw(b",\"revision\":");
+        j.int(revision);
+        j.raw(b"}");
+        let py = self.py;
+        let value = self
+            .make
+            .classes
+            .raw
+            .bind(py)
+            .call1((PyBytes::new(py, &j.out),))?;
+        Ok((digest, Some(value)))
+    }
+
+    /// The `canonical-chunks` value of [`Batch::chunk`] as Python objects, without its revision.
+    fn chunk_object(
+        &self,
+        work: &Work,
+        readers: &[String],
+        listed: &[(&String, &MemberReport)],
+        candidates: &[SourceEntry],
+        timestamps: &[String],
+        acls: &[Vec<String>],
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let record = &work.record;
+        let key = work.key.as_str();
+        let first = &record.top[0];
+        let text = if first.text.is_empty() {
+            &record.text
+        } else {
+            &first.text
+        };
+        let canonical = record
+            .canonical_ref
+            .as_ref()
+            .expect("a canonical has its position");
+        let member_count = 1 + record.members.len() as i64;
+        let source_count = record.positions + record.members.values().map(|r| r.count).sum::<i64>();
         let py = self.py;
         let d = PyDict::new(py);
         d.set_item(pyo3::intern!(py, "schema"), CHUNK_SCHEMA)?;
@@ -1649,7 +1766,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         own.set_item(pyo3::intern!(py, "relation"), "canonical")?;
         own.set_item(pyo3::intern!(py, "jaccard"), 1.0)?;
         members.append(own)?;
-        for (h, report) in &listed {
+        for (h, report) in listed {
             let m = PyDict::new(py);
             m.set_item(pyo3::intern!(py, "content_hash"), h)?;
             m.set_item(pyo3::intern!(py, "relation"), "near")?;
@@ -1659,7 +1776,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         d.set_item(pyo3::intern!(py, "members"), members)?;
         d.set_item(pyo3::intern!(py, "member_count"), member_count)?;
         let sources = PyList::empty(py);
-        for ((c, stamp), acl) in candidates.iter().zip(&timestamps).zip(acls) {
+        for ((c, stamp), acl) in candidates.iter().zip(timestamps).zip(acls) {
             let attrs = &c.r.attrs;
             let s = PyDict::new(py);
             s.set_item(pyo3::intern!(py, "source_id"), &c.r.source_id)?;
@@ -1682,7 +1799,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         d.set_item(pyo3::intern!(py, "sources"), sources)?;
         d.set_item(pyo3::intern!(py, "source_count"), source_count)?;
-        Ok((digest, Some(d)))
+        Ok(d)
     }
 }
 
@@ -2218,12 +2335,11 @@ impl<'a, 'py> Batch<'a, 'py> {
             }
             return Ok(());
         }
-        let (digest, value) = self.chunk(work, readers)?;
+        let (digest, value) = self.chunk(work, readers, work.record.revision + 1)?;
         let Some(value) = value else { return Ok(()) };
         work.record.record_digest = digest;
         work.record.revision += 1;
-        value.set_item(pyo3::intern!(self.py, "revision"), work.record.revision)?;
-        self.output("canonical-chunks", &key, Some(value))
+        self.output_value("canonical-chunks", &key, value)
     }
 
     fn on_ref_update(&mut self, work: &mut Work, message: &RefUpdate) -> PyResult<()> {

@@ -84,7 +84,7 @@ class ContentStage:
         params = context.params
         classes = (
             RefUpdate, BandAck, VerifyRequest, VerifyResult, PairDecision, NeighborUpdate, ContentStatus,
-            BandJoin, BandLeave, Output, Info, Rank, PairMark, MemberReport, SourceRef, SourceAttrs,
+            BandJoin, BandLeave, Output, Info, Rank, PairMark, MemberReport, SourceRef, SourceAttrs, msgspec.Raw,
         )  # fmt: skip
         self._kernel = _native.ContentKernel(
             {kind.__name__: kind for kind in classes},

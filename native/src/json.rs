@@ -1,0 +1,210 @@
+//! JSON output as msgspec writes it, byte for byte: a record the kernels write here is the record the Python twins
+//! build as objects and msgspec encodes (`msgspec.json.encode`), so outputs compare equal as bytes whichever side
+//! made them (I5).
+//!
+//! msgspec writes strings as UTF-8, escaping only `"`, `\` and the control characters below 0x20 (`\b`, `\t`,
+//! `\n`, `\f`, `\r` by name, the rest as `\u00XX`); floats in their shortest round-trip digits, in positional
+//! notation while the number has at most 16 digits before its point and at most 4 zeros after it, else as
+//! `<digits>e<exponent>`; NaN and infinities as `null`.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::content::mp::{Reader, Value};
+
+pub struct Writer {
+    pub out: Vec<u8>,
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+impl Writer {
+    pub fn with_capacity(n: usize) -> Self {
+        Writer {
+            out: Vec::with_capacity(n),
+        }
+    }
+
+    /// Bytes that are already JSON (punctuation and field names).
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.out.extend_from_slice(bytes);
+    }
+
+    pub fn nil(&mut self) {
+        self.out.extend_from_slice(b"null");
+    }
+
+    pub fn boolean(&mut self, v: bool) {
+        self.out
+            .extend_from_slice(if v { b"true" as &[u8] } else { b"false" });
+    }
+
+    pub fn int(&mut self, v: i64) {
+        self.out.extend_from_slice(v.to_string().as_bytes());
+    }
+
+    pub fn uint(&mut self, v: u64) {
+        self.out.extend_from_slice(v.to_string().as_bytes());
+    }
+
+    pub fn str(&mut self, s: &str) {
+        let out = &mut self.out;
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        let bytes = s.as_bytes();
+        let mut start = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            if b >= 0x20 && b != b'"' && b != b'\\' {
+                continue;
+            }
+            out.extend_from_slice(&bytes[start..i]);
+            start = i + 1;
+            match b {
+                b'"' => out.extend_from_slice(b"\\\""),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                0x08 => out.extend_from_slice(b"\\b"),
+                b'\t' => out.extend_from_slice(b"\\t"),
+                b'\n' => out.extend_from_slice(b"\\n"),
+                0x0c => out.extend_from_slice(b"\\f"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                _ => out.extend_from_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 15)],
+                ]),
+            }
+        }
+        out.extend_from_slice(&bytes[start..]);
+        out.push(b'"');
+    }
+
+    pub fn strings(&mut self, items: &[String]) {
+        self.out.push(b'[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.out.push(b',');
+            }
+            self.str(item);
+        }
+        self.out.push(b']');
+    }
+
+    pub fn float(&mut self, v: f64) {
+        if !v.is_finite() {
+            return self.nil();
+        }
+        // Ryu's digits are the shortest that read back as `v`, and of those the closest to it, as msgspec's (Rust's
+        // own `{:e}` is shortest but not always closest). Only its layout differs: `1e-7`, `0.3`, `1.25e16`.
+        let mut buffer = ryu::Buffer::new();
+        let text = buffer.format_finite(v);
+        let (negative, text) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        let (mantissa, exponent) = match text.split_once('e') {
+            Some((m, e)) => (m, e.parse::<i32>().expect("ryu writes an integer exponent")),
+            None => (text, 0),
+        };
+        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        // The significant digits, and how many of them come before the point (none or fewer than none: zeros
+        // after it first).
+        let mut digits: Vec<u8> = whole.bytes().chain(fraction.bytes()).collect();
+        let mut point = whole.len() as i32 + exponent;
+        let leading = digits.iter().take_while(|&&b| b == b'0').count();
+        digits.drain(..leading);
+        point -= leading as i32;
+        while digits.last() == Some(&b'0') {
+            digits.pop();
+        }
+        if digits.is_empty() {
+            digits.push(b'0');
+            point = 1;
+        }
+        let count = digits.len() as i32;
+        let out = &mut self.out;
+        if negative {
+            out.push(b'-');
+        }
+        if point >= count && point <= 16 {
+            out.extend_from_slice(&digits);
+            out.extend(std::iter::repeat_n(b'0', (point - count) as usize));
+            out.extend_from_slice(b".0");
+        } else if point > 0 && point <= 16 {
+            out.extend_from_slice(&digits[..point as usize]);
+            out.push(b'.');
+            out.extend_from_slice(&digits[point as usize..]);
+        } else if point > -5 && point <= 0 {
+            out.extend_from_slice(b"0.");
+            out.extend(std::iter::repeat_n(b'0', (-point) as usize));
+            out.extend_from_slice(&digits);
+        } else {
+            out.push(digits[0]);
+            if count > 1 {
+                out.push(b'.');
+                out.extend_from_slice(&digits[1..]);
+            }
+            out.push(b'e');
+            out.extend_from_slice((point - 1).to_string().as_bytes());
+        }
+    }
+
+    /// Write a value decoded from MessagePack; false (the output left unfinished) for what JSON has no form of
+    /// here: binary data, and keys that are not strings.
+    pub fn value(&mut self, v: &Value) -> bool {
+        match v {
+            Value::Nil => self.nil(),
+            Value::Bool(b) => self.boolean(*b),
+            Value::Int(i) => self.int(*i),
+            Value::UInt(u) => self.uint(*u),
+            Value::Float(f) => self.float(*f),
+            Value::Str(s) => self.str(s),
+            Value::Bin(_) => return false,
+            Value::Array(items) => {
+                self.out.push(b'[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        self.out.push(b',');
+                    }
+                    if !self.value(item) {
+                        return false;
+                    }
+                }
+                self.out.push(b']');
+            }
+            Value::Map(items) => {
+                self.out.push(b'{');
+                for (i, (key, item)) in items.iter().enumerate() {
+                    let Value::Str(key) = key else { return false };
+                    if i > 0 {
+                        self.out.push(b',');
+                    }
+                    self.str(key);
+                    self.out.push(b':');
+                    if !self.value(item) {
+                        return false;
+                    }
+                }
+                self.out.push(b'}');
+            }
+        }
+        true
+    }
+}
+
+/// Write one MessagePack value as JSON (for the tests that hold this writer to msgspec's).
+#[pyfunction]
+pub fn json_from_msgpack<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
+    let mut reader = Reader::new(raw);
+    let value = reader
+        .value()
+        .map_err(|e| PyValueError::new_err(format!("malformed MessagePack: {e}")))?;
+    let mut w = Writer::with_capacity(raw.len() * 2);
+    if !w.value(&value) {
+        return Err(PyValueError::new_err("a value JSON cannot hold"));
+    }
+    Ok(PyBytes::new(py, &w.out))
+}
