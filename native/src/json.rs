@@ -97,33 +97,7 @@ impl Writer {
         if !v.is_finite() {
             return self.nil();
         }
-        // Ryu's digits are the shortest that read back as `v`, and of those the closest to it, as msgspec's (Rust's
-        // own `{:e}` is shortest but not always closest). Only its layout differs: `1e-7`, `0.3`, `1.25e16`.
-        let mut buffer = ryu::Buffer::new();
-        let text = buffer.format_finite(v);
-        let (negative, text) = match text.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, text),
-        };
-        let (mantissa, exponent) = match text.split_once('e') {
-            Some((m, e)) => (m, e.parse::<i32>().expect("ryu writes an integer exponent")),
-            None => (text, 0),
-        };
-        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-        // The significant digits, and how many of them come before the point (none or fewer than none: zeros
-        // after it first).
-        let mut digits: Vec<u8> = whole.bytes().chain(fraction.bytes()).collect();
-        let mut point = whole.len() as i32 + exponent;
-        let leading = digits.iter().take_while(|&&b| b == b'0').count();
-        digits.drain(..leading);
-        point -= leading as i32;
-        while digits.last() == Some(&b'0') {
-            digits.pop();
-        }
-        if digits.is_empty() {
-            digits.push(b'0');
-            point = 1;
-        }
+        let (negative, digits, point) = shortest(v);
         let count = digits.len() as i32;
         let out = &mut self.out;
         if negative {
@@ -207,4 +181,66 @@ pub fn json_from_msgpack<'py>(py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py
         return Err(PyValueError::new_err("a value JSON cannot hold"));
     }
     Ok(PyBytes::new(py, &w.out))
+}
+
+/// The shortest decimal digits that read back as the finite `v`, and of those the closest to it (as Python's
+/// `repr` and msgspec pick them): whether it is negative, its significant digits (`0` for zero), and how many of
+/// them come before the point (none or fewer than none: zeros after the point first). Rust's own `{:e}` is
+/// shortest but not always closest (`681636455607468.2` is `6.816364556074683e14`); Ryu is both, and only its
+/// layout differs from the ones wanted here (`1e-7`, `0.3`, `1.25e16`).
+pub fn shortest(v: f64) -> (bool, Vec<u8>, i32) {
+    let mut buffer = ryu::Buffer::new();
+    let text = buffer.format_finite(v);
+    let (negative, text) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match text.split_once('e') {
+        Some((m, e)) => (m, e.parse::<i32>().expect("ryu writes an integer exponent")),
+        None => (text, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mut digits: Vec<u8> = whole.bytes().chain(fraction.bytes()).collect();
+    let mut point = whole.len() as i32 + exponent;
+    let leading = digits.iter().take_while(|&&b| b == b'0').count();
+    digits.drain(..leading);
+    point -= leading as i32;
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    if digits.is_empty() {
+        digits.push(b'0');
+        point = 1;
+    }
+    (negative, digits, point)
+}
+
+/// Python's `repr` of a finite float: positional from 1e-4 up to below 1e16 (`0.0001`, `100.0`), else
+/// `1.5e-07`, `1e+16`.
+pub fn python_repr(v: f64) -> String {
+    let (negative, digits, point) = shortest(v);
+    let count = digits.len() as i32;
+    let digits = String::from_utf8(digits).expect("digits are ASCII");
+    let sign = if negative { "-" } else { "" };
+    if !(-3..=16).contains(&point) {
+        let rest = if count > 1 {
+            format!(".{}", &digits[1..])
+        } else {
+            String::new()
+        };
+        let exponent = point - 1;
+        let exponent_sign = if exponent < 0 { '-' } else { '+' };
+        format!(
+            "{sign}{}{rest}e{exponent_sign}{:02}",
+            &digits[..1],
+            exponent.abs()
+        )
+    } else if point <= 0 {
+        format!("{sign}0.{}{digits}", "0".repeat((-point) as usize))
+    } else if point >= count {
+        format!("{sign}{digits}{}.0", "0".repeat((point - count) as usize))
+    } else {
+        let (whole, fraction) = digits.split_at(point as usize);
+        format!("{sign}{whole}.{fraction}")
+    }
 }

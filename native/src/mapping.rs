@@ -4,14 +4,13 @@
 //! and `records.mapping_row`).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyString};
 
 use crate::content::stage::round6;
+use crate::json::{python_repr, Writer as JsonWriter};
 use crate::text::blake2b_64;
 
-/// Python's `repr` of a float: the shortest digits that read back as `x`, in positional form for exponents from
-/// -4 to 15 and else as `1.5e-07` or `1e+16` (Rust's `Debug` picks the same digits and the same forms, but writes
-/// the exponent bare: `1.5e-7`, `1e16`).
+/// Python's `repr` of a float (`nan`, `inf` and `-inf` included), as `source._fingerprint` writes it.
 fn py_float_repr(x: f64) -> String {
     if x == 1.0 {
         return "1.0".to_owned(); // the Jaccard value of every exact copy and canonical
@@ -22,17 +21,7 @@ fn py_float_repr(x: f64) -> String {
     if x.is_infinite() {
         return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
     }
-    let debug = format!("{x:?}");
-    match debug.split_once('e') {
-        None => debug,
-        Some((mantissa, exponent)) => {
-            let (sign, digits) = match exponent.strip_prefix('-') {
-                Some(digits) => ('-', digits),
-                None => ('+', exponent),
-            };
-            format!("{mantissa}e{sign}{digits:0>2}")
-        }
-    }
+    python_repr(x)
 }
 
 /// The fingerprint of one mapping entry: the BLAKE2b-64 of
@@ -60,7 +49,10 @@ struct Entry {
 }
 
 /// The rows of a changed mapping, and the (position, chunk id) of each exact copy whose entry changed.
-type Changed<'py> = (Bound<'py, PyList>, Vec<(usize, String)>);
+/// The `source-mappings` value as JSON, and the (position, chunk id) of each exact copy whose entry changed.
+type Changed<'py> = (Bound<'py, PyBytes>, Vec<(usize, String)>);
+
+const MAPPING_SCHEMA: &str = "streamdedup.mapping/v1";
 
 /// source_mapping(chunks, statuses, version, before, sent)
 /// --
@@ -74,6 +66,7 @@ type Changed<'py> = (Bound<'py, PyList>, Vec<(usize, String)>);
 #[pyfunction]
 pub fn source_mapping<'py>(
     py: Python<'py>,
+    source_id: &str,
     chunks: Vec<Bound<'py, PyString>>,
     statuses: &Bound<'py, PyDict>,
     version: i64,
@@ -138,25 +131,37 @@ pub fn source_mapping<'py>(
     if sent && prints == before {
         return Ok(Some((prints_py, None)));
     }
-    let rows = PyList::empty(py);
+    // The value as msgspec writes `records.mapping_of_rows`: the same fields in the same order.
+    let mut j = JsonWriter::with_capacity(64 + source_id.len() + 200 * entries.len());
+    j.raw(b"{\"schema\":");
+    j.str(MAPPING_SCHEMA);
+    j.raw(b",\"source_id\":");
+    j.str(source_id);
+    j.raw(b",\"version\":");
+    j.int(version);
+    j.raw(b",\"chunks\":[");
     let mut merged = Vec::new();
     for (position, (content_hash, e)) in chunks.iter().zip(&entries).enumerate() {
         let at = position * 8;
         if e.relation == "exact" && before.get(at..at + 8) != Some(&prints[at..at + 8]) {
             merged.push((position, e.chunk_id.clone()));
         }
-        let row = PyDict::new(py);
-        row.set_item(pyo3::intern!(py, "position"), position)?;
-        row.set_item(pyo3::intern!(py, "content_hash"), content_hash)?;
-        row.set_item(pyo3::intern!(py, "chunk_id"), &e.chunk_id)?;
-        let relation = match e.relation {
-            "canonical" => pyo3::intern!(py, "canonical"),
-            "exact" => pyo3::intern!(py, "exact"),
-            _ => pyo3::intern!(py, "near"),
-        };
-        row.set_item(pyo3::intern!(py, "relation"), relation)?;
-        row.set_item(pyo3::intern!(py, "jaccard"), round6(e.jaccard))?;
-        rows.append(row)?;
+        j.raw(if position == 0 {
+            b"{\"position\":"
+        } else {
+            b",{\"position\":"
+        });
+        j.int(position as i64);
+        j.raw(b",\"content_hash\":");
+        j.str(content_hash.to_str()?);
+        j.raw(b",\"chunk_id\":");
+        j.str(&e.chunk_id);
+        j.raw(b",\"relation\":\"");
+        j.raw(e.relation.as_bytes());
+        j.raw(b"\",\"jaccard\":");
+        j.float(round6(e.jaccard));
+        j.raw(b"}");
     }
-    Ok(Some((prints_py, Some((rows, merged)))))
+    j.raw(b"]}");
+    Ok(Some((prints_py, Some((PyBytes::new(py, &j.out), merged)))))
 }

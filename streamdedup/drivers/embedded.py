@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import msgspec
+
 from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output
@@ -87,7 +89,12 @@ class RunCounters:
             if output.topic == "source-mappings":
                 new = (0, 0, 0)
                 if value is not None:
-                    relations = [c["relation"] for c in (output.record() or {})["chunks"]]
+                    if isinstance(
+                        value, msgspec.Raw
+                    ):  # as the source stage writes it: read only the relations
+                        relations = [row.relation for row in _read_relations.decode(value).chunks]
+                    else:
+                        relations = [c["relation"] for c in value["chunks"]]
                     new = (len(relations), relations.count("exact"), relations.count("near"))
                 positions += new[0] - old[0]
                 exact += new[1] - old[1]
@@ -110,6 +117,19 @@ class RunCounters:
     def from_json(cls, raw: bytes | None) -> RunCounters:
         """Read counters written by :meth:`to_json` (empty counters for None)."""
         return cls() if raw is None else cls(**json.loads(raw))
+
+
+class _Relation(msgspec.Struct):
+    relation: str
+
+
+class _Relations(msgspec.Struct):
+    """The part of a ``source-mappings`` value that the totals count: each position's relation."""
+
+    chunks: list[_Relation]
+
+
+_read_relations = msgspec.json.Decoder(_Relations)
 
 
 def _parse_counts(raw: bytes | None) -> tuple[int, int, int]:

@@ -212,5 +212,5 @@ def test_the_source_stage_parses_a_documents_markup_once_for_its_chunks_and_its_
     outputs = []
     EmbeddedRunner(Engine(EngineParams()), MemoryStore()).process([event], outputs.extend)
     assert parses == [text]
-    mapping = next(o.value for o in outputs if o.topic == "source-mappings")
+    mapping = next(o.record() for o in outputs if o.topic == "source-mappings")
     assert len(mapping["chunks"]) == 2  # the heading joins the paragraph it introduces

@@ -73,7 +73,7 @@ def test_source_stage_keeps_the_statuses_of_the_contents_its_current_chunks_hold
     batch = [status("kept", 1), upsert("s", 2, ["kept", "new one"])]
     batch += [status("old one", 2), status("kept", 2), status("new one", 2)]
     out = _handle(engine, "source", batch, txn)
-    mappings = [m.value for m in out if isinstance(m, Output) and m.topic == "source-mappings"]
+    mappings = [m.record() for m in out if isinstance(m, Output) and m.topic == "source-mappings"]
     assert [[(c["position"], c["content_hash"]) for c in m["chunks"]] for m in mappings] == [
         [(0, hashes["kept"]), (1, hashes["new one"])]
     ]
@@ -213,8 +213,9 @@ def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, se
     version = 2
     if data.draw(st.booleans(), label="every content answered for the version"):
         statuses = {**statuses, **{h: data.draw(_status(st.just(version))) for h in chunks}}
-    expected = mapping_in_python(chunks, statuses, version, before, sent)
-    assert _native.source_mapping(chunks, statuses, version, before, sent) == expected
+    source_id = data.draw(_HASHES, label="source_id")
+    expected = mapping_in_python(source_id, chunks, statuses, version, before, sent)
+    assert _native.source_mapping(source_id, chunks, statuses, version, before, sent) == expected
     if expected is None:
         return
     prints, _ = expected
@@ -222,11 +223,17 @@ def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, se
     assert prints == b"".join(_fingerprint(e) for e in current_mapping("", record) or [])
     assert len(prints) == 8 * len(chunks)
     # Sent for this version and unchanged: nothing to send. Not sent for it: every row again, and no merge.
-    assert _native.source_mapping(chunks, statuses, version, prints, True) == (prints, None)
-    again = _native.source_mapping(chunks, statuses, version, prints, False)
-    assert again == mapping_in_python(chunks, statuses, version, prints, False)
+    assert _native.source_mapping(source_id, chunks, statuses, version, prints, True) == (prints, None)
+    again = _native.source_mapping(source_id, chunks, statuses, version, prints, False)
+    assert again == mapping_in_python(source_id, chunks, statuses, version, prints, False)
     assert again is not None and again[1] is not None and again[1][1] == []
-    assert [row["position"] for row in again[1][0]] == list(range(len(chunks)))
+    value = msgspec.json.decode(again[1][0])
+    assert (value["schema"], value["source_id"], value["version"]) == (
+        "streamdedup.mapping/v1",
+        source_id,
+        version,
+    )
+    assert [row["position"] for row in value["chunks"]] == list(range(len(chunks)))
 
 
 @given(st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -369,8 +369,10 @@ class SourceStage:
         record = table.get(source_id)
         if record is None or record.deleted:
             return
-        # Compiled: the mapping, its fingerprints and, if they changed, its rows, in one call (mapping_in_python).
+        # Compiled: the mapping, its fingerprints and, if they changed, its record's value, in one call
+        # (mapping_in_python).
         found = _native.source_mapping(
+            source_id,
             record.chunks,
             record.statuses,
             record.version,
@@ -382,7 +384,7 @@ class SourceStage:
         mapped, changed = found
         if changed is None:
             return
-        rows, merged = changed
+        value, merged = changed
         for position, chunk_id in merged:
             out.append(
                 Output(
@@ -393,20 +395,25 @@ class SourceStage:
             )
         record.mapped, record.mapped_version = mapped, record.version
         table.mark(source_id)
-        out.append(Output("source-mappings", source_id, mapping_of_rows(source_id, record.version, rows)))
+        out.append(Output("source-mappings", source_id, msgspec.Raw(value)))
 
 
-_Mapped = tuple[bytes, tuple[list[dict[str, Any]], list[tuple[int, str]]] | None]
+_Mapped = tuple[bytes, tuple[bytes, list[tuple[int, str]]] | None]
 
 
 def mapping_in_python(
-    chunks: Sequence[str], statuses: Mapping[str, StatusEntry], version: int, before: bytes, sent: bool
+    source_id: str,
+    chunks: Sequence[str],
+    statuses: Mapping[str, StatusEntry],
+    version: int,
+    before: bytes,
+    sent: bool,
 ) -> _Mapped | None:
     """The twin of the compiled ``source_mapping`` that the tests compare it with.
 
     A source's mapping for ``version`` from its chunks and its contents' statuses: None until every content
     answered for that version. Else the fingerprint of each entry and, unless those equal ``before`` and ``sent``
-    says the mapping sent last was for this version, the rows of its ``source-mappings`` record with the
+    says the mapping sent last was for this version, the value of its ``source-mappings`` record as JSON, with the
     (position, chunk id) of each exact copy whose fingerprint is not the one ``before`` holds for its position.
     """
     record = SourceRecord(version=version, chunks=list(chunks), statuses=dict(statuses))
@@ -422,7 +429,8 @@ def mapping_in_python(
         for e, cut in zip(entries, at, strict=True)
         if e.relation == "exact" and before[cut] != mapped[cut]
     ]
-    return mapped, ([mapping_row(e) for e in entries], merged)
+    value = mapping_of_rows(source_id, version, [mapping_row(e) for e in entries])
+    return mapped, (msgspec.json.encode(value), merged)
 
 
 def current_mapping(source_id: str, record: SourceRecord) -> list[MappingEntry] | None:
