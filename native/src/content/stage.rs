@@ -1542,18 +1542,7 @@ impl<'a, 'py> Batch<'a, 'py> {
             candidates.sort_by(|a, b| self.ref_cmp(a.r, b.r));
         }
         candidates.truncate(max_sources);
-        let first = &record.top[0];
-        let text = if first.text.is_empty() {
-            &record.text
-        } else {
-            &first.text
-        };
-        let canonical = record
-            .canonical_ref
-            .as_ref()
-            .expect("a canonical has its position");
-        let member_count = 1 + record.members.len() as i64;
-        let source_count = record.positions + record.members.values().map(|r| r.count).sum::<i64>();
+        let (text, canonical, member_count, source_count) = chunk_head(record);
         let mut timestamps = Vec::with_capacity(candidates.len());
         for c in &candidates {
             timestamps.push(self.timestamp(c.r.attrs.modified_at)?);
@@ -1735,20 +1724,8 @@ impl<'a, 'py> Batch<'a, 'py> {
         timestamps: &[String],
         acls: &[Vec<String>],
     ) -> PyResult<Bound<'py, PyDict>> {
-        let record = &work.record;
         let key = work.key.as_str();
-        let first = &record.top[0];
-        let text = if first.text.is_empty() {
-            &record.text
-        } else {
-            &first.text
-        };
-        let canonical = record
-            .canonical_ref
-            .as_ref()
-            .expect("a canonical has its position");
-        let member_count = 1 + record.members.len() as i64;
-        let source_count = record.positions + record.members.values().map(|r| r.count).sum::<i64>();
+        let (text, canonical, member_count, source_count) = chunk_head(&work.record);
         let py = self.py;
         let d = PyDict::new(py);
         d.set_item(pyo3::intern!(py, "schema"), CHUNK_SCHEMA)?;
@@ -1801,6 +1778,24 @@ impl<'a, 'py> Batch<'a, 'py> {
         d.set_item(pyo3::intern!(py, "source_count"), source_count)?;
         Ok(d)
     }
+}
+
+/// A canonical's chunk record fields that come from its record alone: the text (its canonical position's original,
+/// or the record's), the canonical position, and the counts of members and of source positions.
+fn chunk_head(record: &ContentRecord) -> (&str, &(String, i64), i64, i64) {
+    let first = &record.top[0];
+    let text = if first.text.is_empty() {
+        &record.text
+    } else {
+        &first.text
+    };
+    let canonical = record
+        .canonical_ref
+        .as_ref()
+        .expect("a canonical has its position");
+    let member_count = 1 + record.members.len() as i64;
+    let source_count = record.positions + record.members.values().map(|r| r.count).sum::<i64>();
+    (text, canonical, member_count, source_count)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
