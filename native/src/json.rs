@@ -7,6 +7,8 @@
 //! notation while the number has at most 16 digits before its point and at most 4 zeros after it, else as
 //! `<digits>e<exponent>`; NaN and infinities as `null`.
 
+use std::io::Write;
+
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -41,11 +43,11 @@ impl Writer {
     }
 
     pub fn int(&mut self, v: i64) {
-        self.out.extend_from_slice(v.to_string().as_bytes());
+        write!(self.out, "{v}").expect("writing to a Vec cannot fail");
     }
 
     pub fn uint(&mut self, v: u64) {
-        self.out.extend_from_slice(v.to_string().as_bytes());
+        write!(self.out, "{v}").expect("writing to a Vec cannot fail");
     }
 
     pub fn str(&mut self, s: &str) {
@@ -121,8 +123,7 @@ impl Writer {
                 out.push(b'.');
                 out.extend_from_slice(&digits[1..]);
             }
-            out.push(b'e');
-            out.extend_from_slice((point - 1).to_string().as_bytes());
+            write!(out, "e{}", point - 1).expect("writing to a Vec cannot fail");
         }
     }
 

@@ -48,21 +48,21 @@ struct Entry {
     jaccard: f64,
 }
 
-/// The rows of a changed mapping, and the (position, chunk id) of each exact copy whose entry changed.
 /// The `source-mappings` value as JSON, and the (position, chunk id) of each exact copy whose entry changed.
 type Changed<'py> = (Bound<'py, PyBytes>, Vec<(usize, String)>);
 
 const MAPPING_SCHEMA: &str = "streamdedup.mapping/v1";
 
-/// source_mapping(chunks, statuses, version, before, sent)
+/// source_mapping(source_id, chunks, statuses, version, before, sent)
 /// --
 ///
 /// A source's mapping (`source.current_mapping`) from ``chunks`` (its content hash per position) and
 /// ``statuses`` (a `StatusEntry` per content hash), for its ``version``: None until every position's content
 /// answered for that version. Else ``(prints, changed)``: the fingerprint of each entry (8 bytes each), and,
-/// unless those equal ``before`` and ``sent`` says the mapping sent last was for this version, the rows of the
-/// `source-mappings` record (`records.mapping_row` of each entry) with the ``(position, chunk_id)`` of each exact
-/// copy whose fingerprint is not what ``before`` holds for its position.
+/// unless those equal ``before`` and ``sent`` says the mapping sent last was for this version, the value of the
+/// source's `source-mappings` record as msgspec writes it in JSON (`records.mapping_of_rows` of each entry's
+/// `records.mapping_row`) with the ``(position, chunk_id)`` of each exact copy whose fingerprint is not what
+/// ``before`` holds for its position.
 #[pyfunction]
 pub fn source_mapping<'py>(
     py: Python<'py>,

@@ -275,9 +275,9 @@ Message = (
 class Output(msgspec.Struct, frozen=True):
     """A record for an output topic; ``value`` None is a tombstone.
 
-    A value is the record's JSON object, or that object already encoded (``msgspec.Raw``: the compiled content
-    stage writes its ``canonical-chunks`` values so, the parallel driver hands over its workers' outputs so, and a
-    JSON encoder writes both alike). Read a value with :meth:`record`.
+    A value is the record's JSON object, or that object already encoded (``msgspec.Raw``: the compiled stages
+    write their ``canonical-chunks`` and ``source-mappings`` values so, the parallel driver hands over its
+    workers' outputs so, and a JSON encoder writes both alike). Read a value with :meth:`record`.
     """
 
     topic: str

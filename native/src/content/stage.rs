@@ -1497,10 +1497,9 @@ impl<'a, 'py> Batch<'a, 'py> {
         Ok(d)
     }
 
-    /// `records.chunk_value`: the chunk's value without its revision, as a Python dict, and the digest of its
-    /// MessagePack encoding (what `_emit_chunk` compares).
-    /// The chunk's `canonical-chunks` value at `revision`, as its JSON (a `msgspec.Raw`), with the digest of
-    /// the value without its revision; no value when the digest is the one last written.
+    /// `records.chunk_value` at `revision`: the digest of the value's MessagePack encoding without its revision
+    /// (what `_emit_chunk` compares), and the value as the JSON msgspec writes for it (a `msgspec.Raw`), or None
+    /// when the digest is the one last written.
     fn chunk(
         &mut self,
         work: &Work,
