@@ -89,12 +89,9 @@ class RunCounters:
             if output.topic == "source-mappings":
                 new = (0, 0, 0)
                 if value is not None:
-                    if isinstance(
-                        value, msgspec.Raw
-                    ):  # as the source stage writes it: read only the relations
-                        relations = [row.relation for row in _read_relations.decode(value).chunks]
-                    else:
-                        relations = [c["relation"] for c in value["chunks"]]
+                    # As the source stage writes it, encoded: read only the relations back.
+                    encoded = value if isinstance(value, msgspec.Raw) else msgspec.json.encode(value)
+                    relations = [row.relation for row in _read_relations.decode(encoded).chunks]
                     new = (len(relations), relations.count("exact"), relations.count("near"))
                 positions += new[0] - old[0]
                 exact += new[1] - old[1]
