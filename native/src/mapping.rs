@@ -41,9 +41,9 @@ fn fingerprint(
     blake2b_64(text.as_bytes())
 }
 
-/// One position's entry: chunk id, relation and Jaccard similarity.
-struct Entry {
-    chunk_id: String,
+/// One position's entry: chunk id (None: the content's own hash), relation and Jaccard similarity.
+struct Entry<'py> {
+    chunk_id: Option<Bound<'py, PyString>>,
     relation: &'static str,
     jaccard: f64,
 }
@@ -74,12 +74,15 @@ pub fn source_mapping<'py>(
     sent: bool,
 ) -> PyResult<Option<(Bound<'py, PyBytes>, Option<Changed<'py>>)>> {
     let mut entries = Vec::with_capacity(chunks.len());
+    let mut hashes = Vec::with_capacity(chunks.len());
     for (position, content_hash) in chunks.iter().enumerate() {
         let Some(status) = statuses.get_item(content_hash)? else {
             return Ok(None);
         };
-        let chunk_id: String = status.getattr(pyo3::intern!(py, "chunk_id"))?.extract()?;
-        if chunk_id.is_empty()
+        let chunk_id = status
+            .getattr(pyo3::intern!(py, "chunk_id"))?
+            .cast_into::<PyString>()?;
+        if chunk_id.to_str()?.is_empty()
             || status
                 .getattr(pyo3::intern!(py, "version"))?
                 .extract::<i64>()?
@@ -87,13 +90,10 @@ pub fn source_mapping<'py>(
         {
             return Ok(None);
         }
-        let chunk_id = if chunk_id == "=" {
-            content_hash.to_str()?.to_owned()
-        } else {
-            chunk_id
-        };
-        let relation: String = status.getattr(pyo3::intern!(py, "relation"))?.extract()?;
-        let entry = if relation == "near" {
+        // Held, not copied, to the end of the call.
+        let chunk_id = (chunk_id.to_str()? != "=").then_some(chunk_id);
+        let relation = status.getattr(pyo3::intern!(py, "relation"))?;
+        let entry = if relation.cast::<PyString>()?.to_str()? == "near" {
             Entry {
                 chunk_id,
                 relation: "near",
@@ -114,17 +114,20 @@ pub fn source_mapping<'py>(
             }
         };
         entries.push(entry);
+        hashes.push(content_hash.to_str()?);
     }
+    let ids = hashes
+        .iter()
+        .zip(&entries)
+        .map(|(content_hash, e)| match &e.chunk_id {
+            Some(id) => id.to_str(),
+            None => Ok(*content_hash),
+        })
+        .collect::<PyResult<Vec<&str>>>()?;
     let mut prints = Vec::with_capacity(8 * entries.len());
     let mut text = String::new();
-    for (content_hash, e) in chunks.iter().zip(&entries) {
-        let print = fingerprint(
-            &mut text,
-            content_hash.to_str()?,
-            &e.chunk_id,
-            e.relation,
-            e.jaccard,
-        );
+    for ((content_hash, chunk_id), e) in hashes.iter().zip(&ids).zip(&entries) {
+        let print = fingerprint(&mut text, content_hash, chunk_id, e.relation, e.jaccard);
         prints.extend_from_slice(&print);
     }
     let prints_py = PyBytes::new(py, &prints);
@@ -141,10 +144,12 @@ pub fn source_mapping<'py>(
     j.int(version);
     j.raw(b",\"chunks\":[");
     let mut merged = Vec::new();
-    for (position, (content_hash, e)) in chunks.iter().zip(&entries).enumerate() {
+    for (position, ((content_hash, chunk_id), e)) in
+        hashes.iter().zip(&ids).zip(&entries).enumerate()
+    {
         let at = position * 8;
         if e.relation == "exact" && before.get(at..at + 8) != Some(&prints[at..at + 8]) {
-            merged.push((position, e.chunk_id.clone()));
+            merged.push((position, (*chunk_id).to_owned()));
         }
         j.raw(if position == 0 {
             b"{\"position\":"
@@ -153,9 +158,9 @@ pub fn source_mapping<'py>(
         });
         j.int(position as i64);
         j.raw(b",\"content_hash\":");
-        j.str(content_hash.to_str()?);
+        j.str(content_hash);
         j.raw(b",\"chunk_id\":");
-        j.str(&e.chunk_id);
+        j.str(chunk_id);
         j.raw(b",\"relation\":\"");
         j.raw(e.relation.as_bytes());
         j.raw(b"\",\"jaccard\":");
