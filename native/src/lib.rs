@@ -531,6 +531,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(text::normalize_ascii, module)?)?;
     module.add_function(wrap_pyfunction!(text::line_hashes, module)?)?;
     module.add_function(wrap_pyfunction!(mapping::source_mapping, module)?)?;
+    module.add_function(wrap_pyfunction!(mapping::merge_statuses, module)?)?;
     module.add_function(wrap_pyfunction!(content::content_reencode, module)?)?;
     module.add_function(wrap_pyfunction!(json::json_from_msgpack, module)?)?;
     Ok(())

@@ -2,10 +2,19 @@
 //! contents told it, with a fingerprint per position, and the rows of the `source-mappings` record when those
 //! changed. The twin the tests compare this with is `mapping_in_python` (from `current_mapping`, `_fingerprint`
 //! and `records.mapping_row`).
+//!
+//! A source keeps what its contents last told it as one packed list (`state.pack_statuses`): MessagePack, an
+//! array of `StatusEntry` arrays sorted by content hash. The content stage sends a source the statuses of a batch
+//! in the same form (`SourceStatuses`), and `merge_statuses` takes them in.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString};
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::{PyBytes, PyString};
 
+use crate::content::mp::{Reader, Result as MpResult, Writer as MpWriter};
 use crate::content::stage::round6;
 use crate::json::{python_repr, Writer as JsonWriter};
 use crate::text::blake2b_64;
@@ -41,9 +50,162 @@ fn fingerprint(
     blake2b_64(text.as_bytes())
 }
 
-/// One position's entry: chunk id (None: the content's own hash), relation and Jaccard similarity.
-struct Entry<'py> {
-    chunk_id: Option<Bound<'py, PyString>>,
+/// What one content last told a source (`state.StatusEntry`): the chunk it belongs to (`"="`: itself) for the
+/// source's `version`, how (near or not), and the canonical position if that is in this source (else -1).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Status<'a> {
+    pub content_hash: &'a str,
+    pub seq: i64,
+    pub version: i64,
+    pub chunk_id: &'a str,
+    pub near: bool,
+    pub jaccard: f64,
+    pub canonical_position: i64,
+}
+
+impl Status<'_> {
+    fn write(&self, w: &mut MpWriter) {
+        w.array(7);
+        w.str(self.content_hash);
+        w.int(self.seq);
+        w.int(self.version);
+        w.str(self.chunk_id);
+        w.str(if self.near { "near" } else { "canonical" });
+        w.float(self.jaccard);
+        w.int(self.canonical_position);
+    }
+
+    /// Whether this status answers for the source's `version`: it names a chunk for it.
+    fn answers(&self, version: i64) -> bool {
+        self.version == version && !self.chunk_id.is_empty()
+    }
+}
+
+/// The statuses of a packed list, in its order (an empty list is empty bytes).
+pub(crate) fn read_statuses(data: &[u8]) -> MpResult<Vec<Status<'_>>> {
+    if data.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut r = Reader::new(data);
+    let n = r.array()?;
+    let mut statuses = Vec::with_capacity(n);
+    for _ in 0..n {
+        if r.array()? != 7 {
+            return Err(crate::content::mp::Malformed("a status of 7 fields"));
+        }
+        let content_hash = r.str()?;
+        let seq = r.int()?;
+        let version = r.int()?;
+        let chunk_id = r.str()?;
+        let near = match r.str()? {
+            "near" => true,
+            "canonical" => false,
+            _ => return Err(crate::content::mp::Malformed("a relation")),
+        };
+        statuses.push(Status {
+            content_hash,
+            seq,
+            version,
+            chunk_id,
+            near,
+            jaccard: r.float()?,
+            canonical_position: r.int()?,
+        });
+    }
+    Ok(statuses)
+}
+
+/// The packed list of `statuses`, which must be sorted by content hash, without repeats.
+pub(crate) fn write_statuses<'s>(
+    statuses: impl ExactSizeIterator<Item = &'s Status<'s>>,
+) -> Vec<u8> {
+    let mut w = MpWriter::with_capacity(16 + 160 * statuses.len());
+    w.array(statuses.len());
+    for status in statuses {
+        status.write(&mut w);
+    }
+    w.out
+}
+
+/// A status the content stage tells a source, owned until the batch packs its source's list.
+pub(crate) struct Told {
+    pub content_hash: String,
+    pub seq: i64,
+    pub version: i64,
+    pub chunk_id: String,
+    pub near: bool,
+    pub jaccard: f64,
+    pub canonical_position: i64,
+}
+
+/// The packed list of the statuses a batch tells one source, sorted by content hash.
+pub(crate) fn pack_told(told: &mut [Told]) -> Vec<u8> {
+    told.sort_unstable_by(|a, b| a.content_hash.cmp(&b.content_hash));
+    let statuses: Vec<Status<'_>> = told
+        .iter()
+        .map(|t| Status {
+            content_hash: &t.content_hash,
+            seq: t.seq,
+            version: t.version,
+            chunk_id: &t.chunk_id,
+            near: t.near,
+            jaccard: t.jaccard,
+            canonical_position: t.canonical_position,
+        })
+        .collect();
+    write_statuses(statuses.iter())
+}
+
+fn malformed(e: crate::content::mp::Malformed) -> PyErr {
+    PyValueError::new_err(format!("malformed status list: {e}"))
+}
+
+/// merge_statuses(chunks, statuses, incoming)
+/// --
+///
+/// Take the packed lists ``incoming`` (a content stage's `SourceStatuses`, in the order they came) into a
+/// source's packed ``statuses``, for its chunk list ``chunks`` (a content hash per position): a status is kept if
+/// its content is still in the list and it is newer, by (seq, version), than the one held; the statuses of
+/// contents no longer in the list are dropped. Return the new packed list, or None if it did not change
+/// (`source.merge_in_python` is the twin).
+#[pyfunction]
+pub fn merge_statuses<'py>(
+    py: Python<'py>,
+    chunks: Vec<Bound<'py, PyString>>,
+    statuses: &[u8],
+    incoming: Vec<PyBackedBytes>,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let listed = chunks
+        .iter()
+        .map(|c| c.to_str())
+        .collect::<PyResult<HashSet<&str>>>()?;
+    let held = read_statuses(statuses).map_err(malformed)?;
+    let count = held.len();
+    let mut merged: BTreeMap<&str, Status<'_>> = held
+        .into_iter()
+        .filter(|s| listed.contains(s.content_hash))
+        .map(|s| (s.content_hash, s))
+        .collect();
+    let mut changed = merged.len() != count;
+    for blob in &incoming {
+        for status in read_statuses(blob).map_err(malformed)? {
+            if !listed.contains(status.content_hash) {
+                continue;
+            }
+            if let Some(known) = merged.get(status.content_hash) {
+                if (known.seq, known.version) >= (status.seq, status.version) {
+                    continue;
+                }
+            }
+            merged.insert(status.content_hash, status);
+            changed = true;
+        }
+    }
+    Ok(changed.then(|| PyBytes::new(py, &write_statuses(merged.values()))))
+}
+
+/// One position's entry: relation and Jaccard similarity.
+struct Entry {
     relation: &'static str,
     jaccard: f64,
 }
@@ -57,10 +219,10 @@ const MAPPING_SCHEMA: &str = "streamdedup.mapping/v1";
 /// --
 ///
 /// A source's mapping (`source.current_mapping`) from ``chunks`` (its content hash per position) and
-/// ``statuses`` (a `StatusEntry` per content hash), for its ``version``: None until every position's content
-/// answered for that version. Else ``(prints, changed)``: the fingerprint of each entry (8 bytes each), and,
-/// unless those equal ``before`` and ``sent`` says the mapping sent last was for this version, the value of the
-/// source's `source-mappings` record as msgspec writes it in JSON (`records.mapping_of_rows` of each entry's
+/// ``statuses`` (its packed status list), for its ``version``: None until every position's content answered for
+/// that version. Else ``(prints, changed)``: the fingerprint of each entry (8 bytes each), and, unless those equal
+/// ``before`` and ``sent`` says the mapping sent last was for this version, the value of the source's
+/// `source-mappings` record as msgspec writes it in JSON (`records.mapping_of_rows` of each entry's
 /// `records.mapping_row`) with the ``(position, chunk_id)`` of each exact copy whose fingerprint is not what
 /// ``before`` holds for its position.
 #[pyfunction]
@@ -68,44 +230,32 @@ pub fn source_mapping<'py>(
     py: Python<'py>,
     source_id: &str,
     chunks: Vec<Bound<'py, PyString>>,
-    statuses: &Bound<'py, PyDict>,
+    statuses: &[u8],
     version: i64,
     before: &[u8],
     sent: bool,
 ) -> PyResult<Option<(Bound<'py, PyBytes>, Option<Changed<'py>>)>> {
+    let told: HashMap<&str, Status<'_>> = read_statuses(statuses)
+        .map_err(malformed)?
+        .into_iter()
+        .map(|s| (s.content_hash, s))
+        .collect();
     let mut entries = Vec::with_capacity(chunks.len());
     let mut hashes = Vec::with_capacity(chunks.len());
+    let mut ids = Vec::with_capacity(chunks.len());
     for (position, content_hash) in chunks.iter().enumerate() {
-        let Some(status) = statuses.get_item(content_hash)? else {
+        let content_hash = content_hash.to_str()?;
+        let Some(status) = told.get(content_hash).filter(|s| s.answers(version)) else {
             return Ok(None);
         };
-        let chunk_id = status
-            .getattr(pyo3::intern!(py, "chunk_id"))?
-            .cast_into::<PyString>()?;
-        if chunk_id.to_str()?.is_empty()
-            || status
-                .getattr(pyo3::intern!(py, "version"))?
-                .extract::<i64>()?
-                != version
-        {
-            return Ok(None);
-        }
-        // Held, not copied, to the end of the call.
-        let chunk_id = (chunk_id.to_str()? != "=").then_some(chunk_id);
-        let relation = status.getattr(pyo3::intern!(py, "relation"))?;
-        let entry = if relation.cast::<PyString>()?.to_str()? == "near" {
+        let entry = if status.near {
             Entry {
-                chunk_id,
                 relation: "near",
-                jaccard: status.getattr(pyo3::intern!(py, "jaccard"))?.extract()?,
+                jaccard: status.jaccard,
             }
         } else {
-            let canonical: i64 = status
-                .getattr(pyo3::intern!(py, "canonical_position"))?
-                .extract()?;
             Entry {
-                chunk_id,
-                relation: if canonical == position as i64 {
+                relation: if status.canonical_position == position as i64 {
                     "canonical"
                 } else {
                     "exact"
@@ -114,16 +264,13 @@ pub fn source_mapping<'py>(
             }
         };
         entries.push(entry);
-        hashes.push(content_hash.to_str()?);
+        hashes.push(content_hash);
+        ids.push(if status.chunk_id == "=" {
+            content_hash
+        } else {
+            status.chunk_id
+        });
     }
-    let ids = hashes
-        .iter()
-        .zip(&entries)
-        .map(|(content_hash, e)| match &e.chunk_id {
-            Some(id) => id.to_str(),
-            None => Ok(*content_hash),
-        })
-        .collect::<PyResult<Vec<&str>>>()?;
     let mut prints = Vec::with_capacity(8 * entries.len());
     let mut text = String::new();
     for ((content_hash, chunk_id), e) in hashes.iter().zip(&ids).zip(&entries) {

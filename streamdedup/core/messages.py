@@ -26,7 +26,6 @@ __all__ = [
     "BandJoin",
     "BandLeave",
     "BoilerplateUpdate",
-    "ContentStatus",
     "Info",
     "LineDecision",
     "LineUpdate",
@@ -38,6 +37,7 @@ __all__ = [
     "PairMark",
     "RefUpdate",
     "SourceRef",
+    "SourceStatuses",
     "VerifyRequest",
     "VerifyResult",
     "content_id",
@@ -123,17 +123,16 @@ class RefUpdate(msgspec.Struct, frozen=True, omit_defaults=True, tag="ref", tag_
     attrs_seq: int = 0  # orders changes of the attributes within one version (a reviewer's preference)
 
 
-class ContentStatus(msgspec.Struct, frozen=True, tag="status", tag_field="op"):
-    """Content → source: which chunk this content belongs to now."""
+class SourceStatuses(msgspec.Struct, frozen=True, tag="statuses", tag_field="op"):
+    """Content → source: which chunk each content of a partition's batch that holds the source belongs to now.
+
+    ``statuses`` is a packed status list (:func:`~streamdedup.core.state.pack_statuses`: MessagePack, one
+    :class:`~streamdedup.core.state.StatusEntry` per content, sorted by content hash), what the source keeps
+    too: a batch sends a source one message, which the source takes in with one compiled call.
+    """
 
     source_id: str
-    content_hash: str
-    seq: int
-    version: int  # the source version the content has applied
-    chunk_id: str  # empty while the content is undecided or gone
-    relation: Literal["canonical", "near"] = "canonical"
-    jaccard: float = 1.0
-    canonical_ref: tuple[str, int] | None = None
+    statuses: bytes
 
 
 class BandJoin(msgspec.Struct, frozen=True, tag="join", tag_field="op"):
@@ -256,7 +255,7 @@ Message = (
     UpsertEvent
     | DeleteEvent
     | AclEvent
-    | ContentStatus
+    | SourceStatuses
     | RefUpdate
     | BandAck
     | VerifyRequest
@@ -300,7 +299,7 @@ _ROUTES: dict[type, tuple[str, str]] = {
     DecisionEvent: ("source", "source_id"),
     PairDecision: ("content", "content_hash"),
     LineDecision: ("collection", "collection"),
-    ContentStatus: ("source", "source_id"),
+    SourceStatuses: ("source", "source_id"),
     LineUpdate: ("collection", "collection"),
     RefUpdate: ("content", "content_hash"),
     BandAck: ("content", "content_hash"),

@@ -9,6 +9,7 @@ a record at the end of each handler call that changed it).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import msgspec
@@ -38,10 +39,12 @@ __all__ = [
     "Table",
     "TopRef",
     "id_key",
+    "pack_statuses",
     "reader",
     "ref_key",
     "ref_prefix",
     "source_texts",
+    "unpack_statuses",
     "write_all",
 ]
 
@@ -108,14 +111,31 @@ class MappingEntry(msgspec.Struct, frozen=True, array_like=True):
 
 
 class StatusEntry(msgspec.Struct, frozen=True, array_like=True):
-    """What one content last told a source (a :class:`~streamdedup.core.messages.ContentStatus`, kept small)."""
+    """What one content last told a source (an entry of a packed status list: :func:`pack_statuses`)."""
 
+    content_hash: str
     seq: int
     version: int
     chunk_id: str  # empty while the content is undecided or gone; the content's own hash is kept as "="
     relation: Literal["canonical", "near"]
     jaccard: float
     canonical_position: int  # the canonical position if it is in this source, else -1
+
+
+def pack_statuses(entries: Iterable[StatusEntry]) -> bytes:
+    """Return the packed status list of ``entries`` (one per content): MessagePack, sorted by content hash.
+
+    A source keeps its statuses so, and the content stage sends them so (``SourceStatuses``); the compiled
+    ``merge_statuses`` and ``source_mapping`` read them without a Python object per entry.
+    """
+    return _ENCODER.encode(sorted(entries, key=attrgetter("content_hash")))
+
+
+def unpack_statuses(packed: bytes) -> dict[str, StatusEntry]:
+    """Return the entries of a packed status list by content hash (empty bytes: none)."""
+    if not packed:
+        return {}
+    return {entry.content_hash: entry for entry in _STATUSES.decode(packed)}
 
 
 class SourceRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -129,7 +149,7 @@ class SourceRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     chunks: list[str] = msgspec.field(default_factory=list)
     lines: list[str] = msgspec.field(default_factory=list)  # line hashes counted in lines_collection
     lines_collection: str = ""
-    statuses: dict[str, StatusEntry] = msgspec.field(default_factory=dict)
+    statuses: bytes = b""  # what its contents last told it: a packed status list (pack_statuses)
     mapped: bytes = b""  # a fingerprint per position of the last mapping sent (what changes in the next)
     mapped_version: int = -1  # the version the last mapping sent was for (-1: none was sent)
     # A reviewer's prefer/unprefer decision in force (its version; -1: none), kept across versions and deletes.
@@ -454,6 +474,7 @@ class Table(Generic[R]):
 
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[type, msgspec.msgpack.Decoder[Any]] = {}
+_STATUSES = msgspec.msgpack.Decoder(list[StatusEntry])
 
 
 def _decoder(record_type: type[R]) -> msgspec.msgpack.Decoder[R]:

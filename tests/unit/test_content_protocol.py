@@ -10,7 +10,6 @@ from streamdedup.core.messages import (
     BandAck,
     BandJoin,
     BandLeave,
-    ContentStatus,
     Info,
     MemberReport,
     NeighborUpdate,
@@ -18,6 +17,7 @@ from streamdedup.core.messages import (
     PairMark,
     RefUpdate,
     SourceRef,
+    SourceStatuses,
     VerifyRequest,
     VerifyResult,
     content_id,
@@ -28,7 +28,7 @@ from streamdedup.core.shingles import jaccard
 from streamdedup.core.sketches import sketches
 from streamdedup.core.stages.content import ContentStage, ContentStageInPython
 from streamdedup.core.stages.content_settle import Settlement
-from streamdedup.core.state import ContentIds, ContentRecord, Table, id_key
+from streamdedup.core.state import ContentIds, ContentRecord, Table, id_key, unpack_statuses
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
 
@@ -81,6 +81,15 @@ def _of(out, kind):
     return [m for m in out if isinstance(m, kind)]
 
 
+def _statuses(out):
+    """What the batch told sources: (source_id, chunk id, the status as the source keeps it), sources in order."""
+    return [
+        (m.source_id, e.content_hash if e.chunk_id == "=" else e.chunk_id, e)
+        for m in _of(out, SourceStatuses)
+        for e in unpack_statuses(m.statuses).values()
+    ]
+
+
 def _outputs(out, topic):
     return [m for m in out if isinstance(m, Output) and m.topic == topic]
 
@@ -98,17 +107,16 @@ def test_a_first_live_position_brings_the_content_to_life_and_joins_its_bands(st
     out = stage(_ref(TEXT))
     (join,) = _of(out, BandJoin)
     assert len(join.band_keys) == engine.params.bands and join.epoch == 1
-    assert (
-        _of(out, ContentStatus) == [] and _outputs(out, "canonical-chunks") == []
-    )  # decided after discovery
+    assert _statuses(out) == [] and _outputs(out, "canonical-chunks") == []  # decided after discovery
     assert stage.record(TEXT).alive and stage.record(TEXT).positions == 1
 
 
 def test_a_text_too_short_for_near_matching_is_decided_at_once(stage):
     out = stage(_ref(SHORT))
     assert _of(out, BandJoin) == []
-    (status,) = _of(out, ContentStatus)
-    assert (status.source_id, status.chunk_id, status.relation) == ("s", content_hash(SHORT), "canonical")
+    ((source_id, chunk_id, status),) = _statuses(out)
+    assert (source_id, chunk_id, status.relation) == ("s", content_hash(SHORT), "canonical")
+    assert status.canonical_position == 0  # the canonical position is this source's
     (chunk,) = _outputs(out, "canonical-chunks")
     record = chunk.record()
     assert record["source_count"] == 1 and record["canonical"] == {"source_id": "s", "position": 0}
@@ -123,9 +131,13 @@ def test_an_older_version_of_a_source_is_ignored(stage):
 def test_a_new_copy_is_counted_and_its_source_told_its_chunk(stage):
     stage(_ref(SHORT, "a", day=2))
     out = stage(_ref(SHORT, "b", day=1))
-    (status,) = _of(out, ContentStatus)
-    assert (status.source_id, status.canonical_ref) == ("b", ("a", 0))  # "a" is newer: it stays canonical
+    ((source_id, chunk_id, status),) = _statuses(out)
+    assert (source_id, chunk_id, status.canonical_position) == ("b", content_hash(SHORT), -1)  # not in "b"
     (chunk,) = _outputs(out, "canonical-chunks")
+    assert chunk.record()["canonical"] == {
+        "source_id": "a",
+        "position": 0,
+    }  # "a" is newer: it stays canonical
     assert chunk.record()["source_count"] == 2 and chunk.record()["revision"] == 2
 
 
@@ -144,8 +156,8 @@ def test_the_last_position_gone_leaves_the_bands_and_retracts_the_chunk(stage):
 
 def test_a_band_answer_without_candidates_completes_discovery_as_a_canonical(stage):
     out = _settled(stage, TEXT)
-    (status,) = _of(out, ContentStatus)
-    assert (status.chunk_id, status.relation) == (content_hash(TEXT), "canonical")
+    ((_, chunk_id, status),) = _statuses(out)
+    assert (chunk_id, status.relation) == (content_hash(TEXT), "canonical")
     assert len(_outputs(out, "canonical-chunks")) == 1
     assert stage.record(TEXT).role == "canonical"
 
@@ -351,8 +363,8 @@ def test_the_last_verify_result_completes_discovery_and_joins_the_better_canonic
     canonical = Info(4, "canonical", _rank(TEXT, "other", 9), ("*",))
     out = stage(VerifyResult(content_hash(NEAR), content_hash(TEXT), request.epoch, 0.86, True, canonical))
     assert stage.record(NEAR).role == "member" and stage.record(NEAR).target == content_hash(TEXT)
-    (status,) = _of(out, ContentStatus)
-    assert (status.chunk_id, status.relation) == (content_hash(TEXT), "near")
+    ((_, chunk_id, status),) = _statuses(out)
+    assert (chunk_id, status.relation) == (content_hash(TEXT), "near")
     (update,) = _of(out, NeighborUpdate)  # the canonical hears of its new member, with the member's report
     assert update.content_hash == content_hash(TEXT) and update.report is not None
     assert [o.value["action"] for o in _outputs(out, "audit")] == ["merge"]

@@ -16,10 +16,10 @@ from streamdedup.core.messages import (
     BandJoin,
     BandLeave,
     BoilerplateUpdate,
-    ContentStatus,
     Message,
     Output,
     RefUpdate,
+    SourceStatuses,
     VerifyRequest,
     content_id,
 )
@@ -27,8 +27,8 @@ from streamdedup.core.model import AclEvent, DeleteEvent, SourceAttrs, UpsertEve
 from streamdedup.core.normalize import content_hash
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
-from streamdedup.core.stages.source import _fingerprint, current_mapping, mapping_in_python
-from streamdedup.core.state import SourceRecord, StatusEntry
+from streamdedup.core.stages.source import _fingerprint, current_mapping, mapping_in_python, merge_in_python
+from streamdedup.core.state import SourceRecord, StatusEntry, pack_statuses, unpack_statuses
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
@@ -67,7 +67,9 @@ def test_source_stage_keeps_the_statuses_of_the_contents_its_current_chunks_hold
     hashes["new one"] = content_hash("new one")
 
     def status(norm, version):
-        return ContentStatus("s", hashes[norm], 1, version, hashes[norm])
+        return SourceStatuses(
+            "s", pack_statuses([StatusEntry(hashes[norm], 1, version, "=", "canonical", 1.0, -1)])
+        )
 
     # One batch: a status for version 1, a version that drops a text and adds one, then the statuses of version 2.
     batch = [status("kept", 1), upsert("s", 2, ["kept", "new one"])]
@@ -78,7 +80,7 @@ def test_source_stage_keeps_the_statuses_of_the_contents_its_current_chunks_hold
         [(0, hashes["kept"]), (1, hashes["new one"])]
     ]
     record = msgspec.msgpack.decode(txn.partition("source", 0).get("s"), type=SourceRecord)
-    assert set(record.statuses) == {hashes["kept"], hashes["new one"]}
+    assert set(unpack_statuses(record.statuses)) == {hashes["kept"], hashes["new one"]}
 
 
 def test_acl_event_resends_positions_with_new_readers(engine):
@@ -191,8 +193,10 @@ _HASHES = st.one_of(st.sampled_from(["h0", "h1", "h2"]), st.text(max_size=70))
 
 
 def _status(version: st.SearchStrategy[int]) -> st.SearchStrategy[StatusEntry]:
+    """A status for a content hash given later (``_packed``)."""
     return st.builds(
         StatusEntry,
+        content_hash=st.just(""),
         seq=st.integers(0, 3),
         version=version,
         chunk_id=st.one_of(st.sampled_from(["", "=", "h1"]), st.text(max_size=70)),
@@ -200,6 +204,29 @@ def _status(version: st.SearchStrategy[int]) -> st.SearchStrategy[StatusEntry]:
         jaccard=_FLOATS,
         canonical_position=st.integers(-1, 8),
     )
+
+
+def _packed(statuses: dict[str, StatusEntry]) -> bytes:
+    return pack_statuses(msgspec.structs.replace(e, content_hash=h) for h, e in statuses.items())
+
+
+@given(
+    st.lists(_HASHES, max_size=8),
+    st.dictionaries(_HASHES, _status(st.integers(0, 3)), max_size=6),
+    st.lists(st.dictionaries(_HASHES, _status(st.integers(0, 3)), max_size=6), max_size=3),
+)
+def test_the_compiled_status_merge_is_the_pythons(chunks, held, incoming):
+    packed, lists = _packed(held), [_packed(statuses) for statuses in incoming]
+    merged = _native.merge_statuses(chunks, packed, lists)
+    assert merged == merge_in_python(chunks, packed, lists)
+    # What it keeps: for each content still listed, the newest status by (seq, version), the first of equals.
+    newest: dict[str, StatusEntry] = {}
+    for statuses in [held, *incoming]:
+        for h, e in statuses.items():
+            if h in chunks and (h not in newest or (e.seq, e.version) > (newest[h].seq, newest[h].version)):
+                newest[h] = msgspec.structs.replace(e, content_hash=h)
+    assert unpack_statuses(packed if merged is None else merged) == newest
+    assert (merged is None) == (unpack_statuses(packed) == newest)
 
 
 @given(
@@ -213,19 +240,20 @@ def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, se
     version = 2
     if data.draw(st.booleans(), label="every content answered for the version"):
         statuses = {**statuses, **{h: data.draw(_status(st.just(version))) for h in chunks}}
+    packed = _packed(statuses)
     source_id = data.draw(_HASHES, label="source_id")
-    expected = mapping_in_python(source_id, chunks, statuses, version, before, sent)
-    assert _native.source_mapping(source_id, chunks, statuses, version, before, sent) == expected
+    expected = mapping_in_python(source_id, chunks, packed, version, before, sent)
+    assert _native.source_mapping(source_id, chunks, packed, version, before, sent) == expected
     if expected is None:
         return
     prints, _ = expected
-    record = SourceRecord(version=version, chunks=chunks, statuses=statuses)
+    record = SourceRecord(version=version, chunks=chunks, statuses=packed)
     assert prints == b"".join(_fingerprint(e) for e in current_mapping("", record) or [])
     assert len(prints) == 8 * len(chunks)
     # Sent for this version and unchanged: nothing to send. Not sent for it: every row again, and no merge.
-    assert _native.source_mapping(source_id, chunks, statuses, version, prints, True) == (prints, None)
-    again = _native.source_mapping(source_id, chunks, statuses, version, prints, False)
-    assert again == mapping_in_python(source_id, chunks, statuses, version, prints, False)
+    assert _native.source_mapping(source_id, chunks, packed, version, prints, True) == (prints, None)
+    again = _native.source_mapping(source_id, chunks, packed, version, prints, False)
+    assert again == mapping_in_python(source_id, chunks, packed, version, prints, False)
     assert again is not None and again[1] is not None and again[1][1] == []
     value = msgspec.json.decode(again[1][0])
     assert (value["schema"], value["source_id"], value["version"]) == (

@@ -21,6 +21,7 @@ use super::mp::{Reader as MpReader, Writer as MpWriter};
 use super::policy::{covered, decide, rank_of, split_reason, Policy, EVERYONE};
 use super::py::{self, Classes, Writer};
 use crate::json::Writer as JsonWriter;
+use crate::mapping::{pack_told, Told};
 
 pub const CONTENT_ID_CHARS: usize = 16;
 
@@ -352,6 +353,8 @@ struct Batch<'a, 'py> {
     refs_dirty: BTreeSet<String>,
     shingles: HashMap<String, Rc<Vec<String>>>,
     facts: HashMap<String, Rc<Vec<String>>>,
+    /// What the batch tells each source, sent as one `SourceStatuses` a source when it ends.
+    told: BTreeMap<String, Vec<Told>>,
 }
 
 fn norm_of(helpers: &Helpers, py: Python<'_>, work: &mut Work) -> PyResult<String> {
@@ -2291,31 +2294,27 @@ impl<'a, 'py> Batch<'a, 'py> {
                 }
             }
         }
-        let py = self.py;
-        let relation = if status.near { "near" } else { "canonical" };
+        // As the source keeps it (`state.StatusEntry`): the content's own hash as "=", the canonical position only
+        // if it is in that source. The batch sends each source its list at the end (`SourceStatuses`).
+        let chunk_id = if status.chunk_id == key {
+            "=".to_owned()
+        } else {
+            status.chunk_id.clone()
+        };
         for (source_id, version) in live {
-            let canonical_ref = match &status.canonical_ref {
-                Some((s, p)) => PyTuple::new(
-                    py,
-                    [
-                        s.into_pyobject(py)?.into_any(),
-                        p.into_pyobject(py)?.into_any(),
-                    ],
-                )?
-                .into_any(),
-                None => py.None().into_bound(py),
+            let canonical_position = match &status.canonical_ref {
+                Some((s, p)) if *s == source_id => *p,
+                _ => -1,
             };
-            let obj = self.make.classes.content_status.bind(py).call1((
-                source_id,
-                &key,
-                work.record.seq,
+            self.told.entry(source_id).or_default().push(Told {
+                content_hash: key.clone(),
+                seq: work.record.seq,
                 version,
-                &status.chunk_id,
-                relation,
-                status.jaccard,
-                canonical_ref,
-            ))?;
-            self.emit(obj);
+                chunk_id: chunk_id.clone(),
+                near: status.near,
+                jaccard: status.jaccard,
+                canonical_position,
+            });
         }
         Ok(())
     }
@@ -2860,8 +2859,18 @@ impl ContentKernel {
             refs_dirty: BTreeSet::new(),
             shingles: HashMap::default(),
             facts: HashMap::default(),
+            told: BTreeMap::new(),
         };
         let writes = batch.run(parsed)?;
+        for (source_id, mut told) in std::mem::take(&mut batch.told) {
+            let packed = PyBytes::new(py, &pack_told(&mut told));
+            let obj = self
+                .classes
+                .source_statuses
+                .bind(py)
+                .call1((source_id, packed))?;
+            batch.emit(obj);
+        }
         let writes = writes
             .into_iter()
             .map(|(k, v)| (k, v.map(|v| PyBytes::new(py, &v))))

@@ -32,7 +32,6 @@ from streamdedup.core.messages import (
     BandAck,
     BandJoin,
     BandLeave,
-    ContentStatus,
     Info,
     MemberReport,
     Message,
@@ -42,6 +41,7 @@ from streamdedup.core.messages import (
     PairMark,
     RefUpdate,
     SourceRef,
+    SourceStatuses,
     VerifyRequest,
     VerifyResult,
     content_id,
@@ -83,7 +83,7 @@ class ContentStage:
     def __init__(self, context: StageContext) -> None:
         params = context.params
         classes = (
-            RefUpdate, BandAck, VerifyRequest, VerifyResult, PairDecision, NeighborUpdate, ContentStatus,
+            RefUpdate, BandAck, VerifyRequest, VerifyResult, PairDecision, NeighborUpdate, SourceStatuses,
             BandJoin, BandLeave, Output, Info, Rank, PairMark, MemberReport, SourceRef, SourceAttrs, msgspec.Raw,
         )  # fmt: skip
         self._kernel = _native.ContentKernel(
@@ -180,6 +180,7 @@ class ContentStageInPython:
                 continue  # nothing changed: not settled again, not written back
             settlement.settle(work, out)
             table.mark(key)
+        settlement.tell(out)
         table.flush()
         refs.flush()
         ids.flush()

@@ -17,12 +17,12 @@ import msgspec
 
 from streamdedup.core.clustering import decide, split_reason
 from streamdedup.core.messages import (
-    ContentStatus,
     Info,
     MemberReport,
     Message,
     NeighborUpdate,
     Output,
+    SourceStatuses,
     VerifyResult,
     content_id,
 )
@@ -32,7 +32,7 @@ from streamdedup.core.stages.content_discovery import Discovery, answer_result
 from streamdedup.core.stages.content_sources import SourcePositions, source_refs
 from streamdedup.core.stages.content_work import Work
 from streamdedup.core.stages.context import StageContext
-from streamdedup.core.state import ChunkStatus, RefEntry, TopRef, ref_key
+from streamdedup.core.state import ChunkStatus, RefEntry, StatusEntry, TopRef, pack_statuses, ref_key
 
 __all__ = ["Settlement"]
 
@@ -48,6 +48,12 @@ class Settlement:
         self._policy = context.policy
         self._positions = positions
         self._discovery = discovery
+        self._told: dict[str, list[StatusEntry]] = {}  # what the batch tells each source, sent when it ends
+
+    def tell(self, out: list[Message | Output]) -> None:
+        """Send each source the batch told something its list of statuses (sources in order, each list packed)."""
+        told, self._told = self._told, {}
+        out.extend(SourceStatuses(source_id, pack_statuses(told[source_id])) for source_id in sorted(told))
 
     def settle(self, work: Work, out: list[Message | Output]) -> None:
         """Settle one content after its batch (see the module's steps)."""
@@ -271,17 +277,19 @@ class Settlement:
                     ref[0] for ref in (previous.canonical_ref, status.canonical_ref) if ref is not None
                 }
             live = {s: e for s in wanted if (e := work.refs.get(ref_key(key, s))) is not None and e.positions}
+        # As the source keeps it: the content's own hash as "=", the canonical position only if it is that source's.
+        chunk_id = "=" if status.chunk_id == key else status.chunk_id
+        ref = status.canonical_ref
         for source_id in sorted(live):
-            out.append(
-                ContentStatus(
-                    source_id,
+            self._told.setdefault(source_id, []).append(
+                StatusEntry(
                     key,
                     record.seq,
                     live[source_id].version,
-                    status.chunk_id,
+                    chunk_id,
                     status.relation,
                     status.jaccard,
-                    status.canonical_ref,
+                    ref[1] if ref is not None and ref[0] == source_id else -1,
                 )
             )
 

@@ -9,7 +9,7 @@ source's mapping once every position's content has answered for the source's cur
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -19,7 +19,6 @@ from streamdedup.core.chunking import Chunk, chunk_document
 from streamdedup.core.markup import Block, blocks, plain_text
 from streamdedup.core.messages import (
     BoilerplateUpdate,
-    ContentStatus,
     LineDecision,
     LineUpdate,
     Message,
@@ -27,6 +26,7 @@ from streamdedup.core.messages import (
     PairDecision,
     PairMark,
     RefUpdate,
+    SourceStatuses,
 )
 from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, UpsertEvent
 from streamdedup.core.normalize import normalize
@@ -45,14 +45,22 @@ from streamdedup.core.state import (
     MappingEntry,
     PartitionState,
     SourceRecord,
-    StatusEntry,
     Table,
+    pack_statuses,
+    unpack_statuses,
 )
 
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
 
-__all__ = ["SourceStage", "current_mapping", "document_chunks", "document_lines", "mapping_in_python"]
+__all__ = [
+    "SourceStage",
+    "current_mapping",
+    "document_chunks",
+    "document_lines",
+    "mapping_in_python",
+    "merge_in_python",
+]
 
 _SNAPSHOT_PREFIX = "\x00boilerplate\x00"
 
@@ -113,7 +121,7 @@ class SourceStage:
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of input events, content statuses and boilerplate lists for one partition."""
         table = Table(state, SourceRecord)
-        keyed = (UpsertEvent, DeleteEvent, AclEvent, ContentStatus)
+        keyed = (UpsertEvent, DeleteEvent, AclEvent, SourceStatuses)
         table.prefetch(
             list(
                 dict.fromkeys(
@@ -130,12 +138,15 @@ class SourceStage:
         ledger = Table(state, DecisionRecord)
         out: list[Message | Output] = []
         touched: dict[str, None] = {}
-        held: dict[str, tuple[list[str], frozenset[str]]] = {}
+        # Status lists are taken in together, one call a source, before the next event of that source that follows
+        # them (a source hears from each content partition in a round).
+        arrived: dict[str, list[bytes]] = {}
         for message in messages:
-            if isinstance(message, ContentStatus):  # most of what the stage hears
-                self._apply_status(table, message, held)
+            if isinstance(message, SourceStatuses):  # most of what the stage hears
+                arrived.setdefault(message.source_id, []).append(message.statuses)
             elif isinstance(message, DecisionEvent):
                 if message.subject_source is not None:
+                    self._take_statuses(table, message.source_id, arrived.pop(message.source_id, []))
                     if not self._apply_preference(table, message, out):
                         continue
                 else:
@@ -149,11 +160,14 @@ class SourceStage:
                     snapshots.mark(key)
                 continue
             elif isinstance(message, (UpsertEvent, DeleteEvent, AclEvent)):
+                self._take_statuses(table, message.source_id, arrived.pop(message.source_id, []))
                 if not self._apply_event(table, snapshots, message, out):
                     continue
             else:  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"source stage cannot handle {type(message).__name__}")
             touched[message.source_id] = None
+        for source_id, lists in arrived.items():
+            self._take_statuses(table, source_id, lists)
         for source_id in touched:
             self._emit_mapping(table, source_id, out)
         table.flush()
@@ -304,7 +318,9 @@ class SourceStage:
                         attrs_seq=record.attrs_seq,
                     )
                 )
-        record.statuses = {h: s for h, s in record.statuses.items() if h in new}
+        kept = _native.merge_statuses(record.chunks, record.statuses, [])  # those of contents it still holds
+        if kept is not None:
+            record.statuses = kept
         return True
 
     def _report_lines(
@@ -330,40 +346,19 @@ class SourceStage:
         record.lines = ordered
         record.lines_collection = event.collection if lines else ""
 
-    def _apply_status(
-        self,
-        table: Table[SourceRecord],
-        status: ContentStatus,
-        held: dict[str, tuple[list[str], frozenset[str]]],
-    ) -> None:
-        """Keep what a content says of the source's positions that hold it (ignored if none does any more).
-
-        ``held`` keeps, for the batch, the set of content hashes of each source's chunk list, rebuilt when the list
-        is replaced: a document's statuses come one per content, and a search of the list for each would make the
-        batch quadratic in the document's length.
-        """
-        record = table.get(status.source_id)
+    @staticmethod
+    def _take_statuses(table: Table[SourceRecord], source_id: str, lists: list[bytes]) -> None:
+        """Keep what contents say of the source's positions that hold them: packed status lists, in the order they
+        came (compiled; ``merge_in_python`` is the twin). A source not live ignores them."""
+        if not lists:
+            return
+        record = table.get(source_id)
         if record is None or record.deleted:
             return
-        chunks, hashes = held.get(status.source_id, (None, frozenset()))
-        if chunks is not record.chunks:
-            hashes = frozenset(record.chunks)
-            held[status.source_id] = (record.chunks, hashes)
-        if status.content_hash not in hashes:
-            return
-        known = record.statuses.get(status.content_hash)
-        if known is not None and (known.seq, known.version) >= (status.seq, status.version):
-            return
-        ref = status.canonical_ref
-        record.statuses[status.content_hash] = StatusEntry(
-            status.seq,
-            status.version,
-            "=" if status.chunk_id == status.content_hash else status.chunk_id,
-            status.relation,
-            status.jaccard,
-            ref[1] if ref is not None and ref[0] == status.source_id else -1,
-        )
-        table.mark(status.source_id)
+        merged = _native.merge_statuses(record.chunks, record.statuses, lists)
+        if merged is not None:
+            record.statuses = merged
+            table.mark(source_id)
 
     def _emit_mapping(self, table: Table[SourceRecord], source_id: str, out: list[Message | Output]) -> None:
         record = table.get(source_id)
@@ -404,19 +399,20 @@ _Mapped = tuple[bytes, tuple[bytes, list[tuple[int, str]]] | None]
 def mapping_in_python(
     source_id: str,
     chunks: Sequence[str],
-    statuses: Mapping[str, StatusEntry],
+    statuses: bytes,
     version: int,
     before: bytes,
     sent: bool,
 ) -> _Mapped | None:
     """The twin of the compiled ``source_mapping`` that the tests compare it with.
 
-    A source's mapping for ``version`` from its chunks and its contents' statuses: None until every content
+    A source's mapping for ``version`` from its chunks and its contents' statuses (a packed status list): None
+    until every content
     answered for that version. Else the fingerprint of each entry and, unless those equal ``before`` and ``sent``
     says the mapping sent last was for this version, the value of its ``source-mappings`` record as JSON, with the
     (position, chunk id) of each exact copy whose fingerprint is not the one ``before`` holds for its position.
     """
-    record = SourceRecord(version=version, chunks=list(chunks), statuses=dict(statuses))
+    record = SourceRecord(version=version, chunks=list(chunks), statuses=statuses)
     entries = current_mapping("", record)
     if entries is None:
         return None
@@ -433,11 +429,35 @@ def mapping_in_python(
     return mapped, (msgspec.json.encode(value), merged)
 
 
+def merge_in_python(chunks: Sequence[str], statuses: bytes, incoming: Sequence[bytes]) -> bytes | None:
+    """The twin of the compiled ``merge_statuses`` that the tests compare it with.
+
+    Take the packed status lists ``incoming`` into a source's ``statuses`` for its chunk list: a status is kept if
+    its content is still in the list and it is newer, by (seq, version), than the one held; those of contents no
+    longer in the list are dropped. Return the new packed list, or None if it did not change.
+    """
+    listed = set(chunks)
+    held = unpack_statuses(statuses)
+    merged = {h: e for h, e in held.items() if h in listed}
+    changed = len(merged) != len(held)
+    for packed in incoming:
+        for content_hash, entry in unpack_statuses(packed).items():
+            known = merged.get(content_hash)
+            if content_hash not in listed or (
+                known is not None and (known.seq, known.version) >= (entry.seq, entry.version)
+            ):
+                continue
+            merged[content_hash] = entry
+            changed = True
+    return pack_statuses(merged.values()) if changed else None
+
+
 def current_mapping(source_id: str, record: SourceRecord) -> list[MappingEntry] | None:
     """Return a source's mapping from what its contents told it, or None until all answered for its version."""
     entries: list[MappingEntry] = []
+    statuses = unpack_statuses(record.statuses)
     for position, content_hash in enumerate(record.chunks):
-        status = record.statuses.get(content_hash)
+        status = statuses.get(content_hash)
         if status is None or status.version != record.version or not status.chunk_id:
             return None
         chunk_id = content_hash if status.chunk_id == "=" else status.chunk_id
