@@ -530,6 +530,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(lines::count_lines, module)?)?;
     module.add_function(wrap_pyfunction!(text::normalize_ascii, module)?)?;
     module.add_function(wrap_pyfunction!(text::line_hashes, module)?)?;
+    module.add_function(wrap_pyfunction!(text::line_update, module)?)?;
     module.add_function(wrap_pyfunction!(mapping::source_mapping, module)?)?;
     module.add_function(wrap_pyfunction!(mapping::merge_statuses, module)?)?;
     module.add_function(wrap_pyfunction!(content::content_reencode, module)?)?;

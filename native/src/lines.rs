@@ -8,16 +8,17 @@ use std::collections::{HashMap, HashSet};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedStr;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyBytes, PyDict, PyString};
 
-/// collection, source_id, version, counted, added (line hash, normalized line), removed line hashes.
+/// collection, source_id, version, counted, added (packed `[line hash, normalized line]` arrays), removed line
+/// hashes.
 type Update = (
     PyBackedStr,
     PyBackedStr,
     i64,
     bool,
-    Vec<(PyBackedStr, PyBackedStr)>,
+    PyBackedBytes,
     Vec<PyBackedStr>,
 );
 
@@ -155,8 +156,13 @@ pub fn count_lines<'py>(
         .map(|(collection, source_id, ..)| keys.add(record_key("m", collection, source_id)))
         .collect();
     let first_line = keys.names.len();
+    let added_lines = updates
+        .iter()
+        .map(|(.., added, _)| crate::text::read_added_lines(added))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("malformed line update: {e}")))?;
     let mut line_at: Vec<(Vec<usize>, Vec<usize>)> = Vec::with_capacity(updates.len());
-    for (collection, _, _, _, added, removed) in &updates {
+    for ((collection, _, _, _, _, removed), added) in updates.iter().zip(&added_lines) {
         let mut at = |hashed: &str| keys.add(record_key("l", collection, hashed));
         let added = added.iter().map(|(hashed, _)| at(hashed)).collect();
         let removed = removed.iter().map(|hashed| at(hashed)).collect();
@@ -179,7 +185,9 @@ pub fn count_lines<'py>(
     // Per collection, in order of first application, the lines changed, once each: (line slot, line hash).
     let mut touched: Vec<(String, Vec<(usize, &str)>)> = Vec::new();
     let mut touched_at: HashMap<String, usize> = HashMap::new();
-    for (u, (collection, _, version, counted, added, removed)) in updates.iter().enumerate() {
+    for (u, ((collection, _, version, counted, _, removed), added)) in
+        updates.iter().zip(&added_lines).enumerate()
+    {
         let slot = member_at[u];
         let member = loaded(
             &mut members[slot],

@@ -5,6 +5,7 @@
 
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
+use pyo3::types::PyBytes;
 
 /// What `str.isspace()` holds true in ASCII: `str.split()` splits there.
 fn is_space(byte: u8) -> bool {
@@ -116,4 +117,100 @@ pub fn line_hashes(text: PyBackedStr, max_chars: usize) -> Option<Vec<(String, S
         found.push((crate::hex(&blake2b_64(normalized.as_bytes())), normalized));
     }
     Some(found)
+}
+
+/// Read a packed line hash list (`state.pack_lines`: a MessagePack array of strings; empty bytes for none).
+pub(crate) fn read_line_hashes(data: &[u8]) -> crate::content::mp::Result<Vec<&str>> {
+    if data.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut r = crate::content::mp::Reader::new(data);
+    let n = r.array()?;
+    (0..n).map(|_| r.str()).collect()
+}
+
+/// Read a packed list of added lines (`LineUpdate.added`: a MessagePack array of `[line hash, normalized line]`
+/// arrays; empty bytes for none).
+pub(crate) fn read_added_lines(data: &[u8]) -> crate::content::mp::Result<Vec<(&str, &str)>> {
+    if data.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut r = crate::content::mp::Reader::new(data);
+    let n = r.array()?;
+    (0..n)
+        .map(|_| {
+            if r.array()? != 2 {
+                return Err(crate::content::mp::Malformed("a line of 2 fields"));
+            }
+            Ok((r.str()?, r.str()?))
+        })
+        .collect()
+}
+
+/// What `line_update` returns: lines and added lines packed, removed hashes, the number of lines.
+type LineUpdateParts<'py> = (Bound<'py, PyBytes>, Bound<'py, PyBytes>, Vec<String>, usize);
+
+/// line_update(text, max_chars, others, old)
+/// --
+///
+/// The lines a document counts in its collection and how they changed: those of an ASCII ``text`` (as
+/// ``line_hashes`` finds them) with ``others`` (``(line hash, normalized line)`` found elsewhere in it), against
+/// ``old``, the packed hashes its last version counted. Return ``(lines, added, removed, count)``: the packed
+/// sorted hashes of its lines (empty bytes for none), the packed ``[hash, line]`` of those not in ``old``, the
+/// hashes in ``old`` no longer among them (sorted), and the number of lines; None if ``text`` is not ASCII
+/// (``source.line_update_in_python`` is the twin).
+#[pyfunction]
+pub fn line_update<'py>(
+    py: Python<'py>,
+    text: PyBackedStr,
+    max_chars: usize,
+    others: Vec<(String, String)>,
+    old: &[u8],
+) -> PyResult<Option<LineUpdateParts<'py>>> {
+    let bytes = text.as_bytes();
+    if !bytes.is_ascii() {
+        return Ok(None);
+    }
+    let mut found: std::collections::BTreeMap<String, String> = others.into_iter().collect();
+    for line in bytes.split(|&b| b == b'\n') {
+        let normalized = normalize_bytes(line);
+        if normalized.is_empty() || normalized.len() > max_chars {
+            continue;
+        }
+        found.insert(crate::hex(&blake2b_64(normalized.as_bytes())), normalized);
+    }
+    let old = read_line_hashes(old).map_err(|e| {
+        pyo3::exceptions::PyValueError::new_err(format!("malformed line list: {e}"))
+    })?;
+    let known: std::collections::HashSet<&str> = old.iter().copied().collect();
+    let mut lines = crate::content::mp::Writer::with_capacity(4 + 18 * found.len());
+    let mut added = crate::content::mp::Writer::with_capacity(4 + 80 * found.len());
+    let fresh = found.keys().filter(|h| !known.contains(h.as_str())).count();
+    if !found.is_empty() {
+        lines.array(found.len());
+    }
+    if fresh > 0 {
+        added.array(fresh);
+    }
+    for (hashed, normalized) in &found {
+        lines.str(hashed);
+        if !known.contains(hashed.as_str()) {
+            added.array(2);
+            added.str(hashed);
+            added.str(normalized);
+        }
+    }
+    let mut removed: Vec<String> = old
+        .iter()
+        .filter(|h| !found.contains_key(**h))
+        .map(|h| (*h).to_owned())
+        .collect();
+    removed.sort_unstable();
+    removed.dedup();
+    Ok(Some((
+        PyBytes::new(py, &lines.out),
+        PyBytes::new(py, &added.out),
+        removed,
+        found.len(),
+    )))
 }

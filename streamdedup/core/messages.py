@@ -222,7 +222,8 @@ class LineUpdate(msgspec.Struct, frozen=True, tag="lines", tag_field="op"):
     source_id: str
     version: int
     counted: bool  # whether the source counts as a document of the collection after this version
-    added: tuple[tuple[str, str], ...] = ()  # (line hash, normalized line)
+    # Packed (state.pack_added): a MessagePack array of [line hash, normalized line], sorted by hash.
+    added: bytes = b""
     removed: tuple[str, ...] = ()
 
 

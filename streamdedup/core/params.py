@@ -31,7 +31,7 @@ __all__ = [
 POLICY_CRITERIA = ("authority", "modified_at", "length", "source_id")
 
 #: Version of the state layout and of the normalization, shingle-hash and band-key functions.
-STATE_FORMAT = 9
+STATE_FORMAT = 10
 
 
 def describe_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> str | None:

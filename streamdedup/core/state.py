@@ -39,11 +39,15 @@ __all__ = [
     "Table",
     "TopRef",
     "id_key",
+    "pack_added",
+    "pack_lines",
     "pack_statuses",
     "reader",
     "ref_key",
     "ref_prefix",
     "source_texts",
+    "unpack_added",
+    "unpack_lines",
     "unpack_statuses",
     "write_all",
 ]
@@ -131,6 +135,26 @@ def pack_statuses(entries: Iterable[StatusEntry]) -> bytes:
     return _ENCODER.encode(sorted(entries, key=attrgetter("content_hash")))
 
 
+def pack_lines(hashes: Sequence[str]) -> bytes:
+    """Return the packed list of line hashes (a MessagePack array of strings; empty bytes for none)."""
+    return _ENCODER.encode(hashes) if hashes else b""
+
+
+def unpack_lines(packed: bytes) -> tuple[str, ...]:
+    """Return the hashes of a packed line hash list."""
+    return _LINE_HASHES.decode(packed) if packed else ()
+
+
+def pack_added(lines: Sequence[tuple[str, str]]) -> bytes:
+    """Return the packed ``(line hash, normalized line)`` pairs of a line update (``LineUpdate.added``)."""
+    return _ENCODER.encode(lines) if lines else b""
+
+
+def unpack_added(packed: bytes) -> tuple[tuple[str, str], ...]:
+    """Return the ``(line hash, normalized line)`` pairs of a packed ``LineUpdate.added``."""
+    return _ADDED.decode(packed) if packed else ()
+
+
 def unpack_statuses(packed: bytes) -> dict[str, StatusEntry]:
     """Return the entries of a packed status list by content hash (empty bytes: none)."""
     if not packed:
@@ -147,7 +171,7 @@ class SourceRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     collection: str = "default"
     # The content hash at each position (the texts are the content stage's).
     chunks: list[str] = msgspec.field(default_factory=list)
-    lines: list[str] = msgspec.field(default_factory=list)  # line hashes counted in lines_collection
+    lines: bytes = b""  # the line hashes counted in lines_collection, sorted and packed (pack_lines)
     lines_collection: str = ""
     statuses: bytes = b""  # what its contents last told it: a packed status list (pack_statuses)
     mapped: bytes = b""  # a fingerprint per position of the last mapping sent (what changes in the next)
@@ -475,6 +499,8 @@ class Table(Generic[R]):
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODERS: dict[type, msgspec.msgpack.Decoder[Any]] = {}
 _STATUSES = msgspec.msgpack.Decoder(list[StatusEntry])
+_LINE_HASHES = msgspec.msgpack.Decoder(tuple[str, ...])
+_ADDED = msgspec.msgpack.Decoder(tuple[tuple[str, str], ...])
 
 
 def _decoder(record_type: type[R]) -> msgspec.msgpack.Decoder[R]:

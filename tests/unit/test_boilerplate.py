@@ -16,7 +16,8 @@ from streamdedup.core.model import DecisionEvent, SourceAttrs, UpsertEvent
 from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.stages.collection import line_hash
-from streamdedup.core.stages.source import document_lines
+from streamdedup.core.stages.source import document_lines, line_update, line_update_in_python
+from streamdedup.core.state import pack_lines, unpack_added, unpack_lines
 from streamdedup.core.view import View
 from streamdedup.decisions import decision_event, parse_decision
 from streamdedup.drivers.embedded import EmbeddedRunner
@@ -198,6 +199,26 @@ def test_a_documents_lines_are_keyed_the_same_by_the_compiled_path_and_the_pytho
     if text.isascii():
         assert _native.line_hashes(text, longest) == _kept_lines(text, longest)
     assert _native.line_hashes("caf\u00e9", longest) is None
+
+
+@given(_LINES, st.integers(0, 30), st.sampled_from(["", "\u00e9\n", "\n\ncaf\u00e9 au lait\n"]), st.data())
+def test_the_compiled_line_update_is_the_pythons(text, longest, tail, data):
+    params = EngineParams(boilerplate_max_line_chars=longest)
+    attrs = SourceAttrs(acl=("*",), modified_at=0)
+    event = UpsertEvent(source_id="s", version=1, attrs=attrs, text=text + tail, content_type="text/plain")
+    lines = document_lines(event, params)
+    # What the last version counted: some of these lines and some others.
+    old = data.draw(
+        st.lists(st.sampled_from(sorted(lines) or ["0"]) | st.sampled_from(["00", "ff"]), unique=True)
+    )
+    packed_old = pack_lines(sorted(old))
+    found = line_update(event, params, None, packed_old)
+    assert found == line_update_in_python(event, params, None, packed_old)
+    packed, added, removed, count = found
+    assert unpack_lines(packed) == tuple(sorted(lines)) and count == len(lines)
+    assert unpack_added(added) == tuple((h, lines[h]) for h in sorted(lines) if h not in old)
+    assert removed == tuple(sorted(set(old) - set(lines)))
+    assert (packed == b"") == (not lines) and (added == b"") == (set(lines) <= set(old))
 
 
 def test_the_source_stage_parses_a_documents_markup_once_for_its_chunks_and_its_lines(monkeypatch):

@@ -16,7 +16,7 @@ from streamdedup.core.stages.collection import (
     member_key,
 )
 from streamdedup.core.stages.context import StageContext
-from streamdedup.core.state import CollectionMember, LineRecord
+from streamdedup.core.state import CollectionMember, LineRecord, pack_added
 
 # Few collections, sources and lines, so updates meet: texts of every MessagePack string width, and stored counts
 # and versions of every integer width (negative ones too), which both sides must read and write alike.
@@ -35,7 +35,7 @@ _updates = st.lists(
         st.sampled_from(_SOURCES),
         st.integers(0, 3),
         st.booleans(),
-        st.lists(st.sampled_from(_LINES), max_size=4).map(tuple),
+        st.lists(st.sampled_from(_LINES), max_size=4).map(pack_added),
         st.lists(st.sampled_from(_HASHES), max_size=4).map(tuple),
     ),
     max_size=10,
@@ -116,9 +116,9 @@ def test_counts_follow_the_newest_version_of_each_source_and_a_line_goes_with_it
 
     applied, totals, found = count(
         [
-            ("docs", "a", 1, True, (x, y), ()),
-            ("docs", "b", 1, True, (x,), ()),
-            ("docs", "a", 1, True, (y,), ()),
+            ("docs", "a", 1, True, pack_added((x, y)), ()),
+            ("docs", "b", 1, True, pack_added((x,)), ()),
+            ("docs", "a", 1, True, pack_added((y,)), ()),
         ]
     )
     assert applied == [True, True, False]  # the same version again is a duplicate
@@ -129,13 +129,13 @@ def test_counts_follow_the_newest_version_of_each_source_and_a_line_goes_with_it
     )
     # b's next version drops x and stops counting; a's older version changes nothing.
     applied, totals, found = count(
-        [("docs", "b", 2, False, (), (x[0],)), ("docs", "a", 0, True, (), (x[0], y[0]))], docs={"docs": 2}
+        [("docs", "b", 2, False, b"", (x[0],)), ("docs", "a", 0, True, b"", (x[0], y[0]))], docs={"docs": 2}
     )
     assert applied == [True, False]
     assert totals == {"docs": 1}
     assert found == {"docs": {}}  # one document is below min_docs: nothing may be boilerplate
     applied, totals, found = count(
-        [("docs", "a", 2, True, (), (x[0], y[0]))], docs={"docs": 1}, watch={"docs": {y[0]}}
+        [("docs", "a", 2, True, b"", (x[0], y[0]))], docs={"docs": 1}, watch={"docs": {y[0]}}
     )
     assert found == {"docs": {y[0]: None}}  # gone with its last document, and reported because it is watched
     assert line_key("docs", x[0]) not in state and line_key("docs", y[0]) not in state
@@ -147,7 +147,7 @@ def test_counts_follow_the_newest_version_of_each_source_and_a_line_goes_with_it
 )  # a text count, a record cut short, nil
 def test_a_malformed_line_record_is_refused_by_both(raw):
     stored = {line_key("docs", _HASHES[0]): raw}
-    updates = [("docs", "a", 1, True, (_LINES[0],), ())]
+    updates = [("docs", "a", 1, True, pack_added((_LINES[0],)), ())]
     with pytest.raises(ValueError, match="malformed line record"):
         _native.count_lines(updates, _reader(stored, []), {}, {}, 1, 0.5)
     with pytest.raises(msgspec.DecodeError):
@@ -157,7 +157,9 @@ def test_a_malformed_line_record_is_refused_by_both(raw):
 def test_a_record_of_more_fields_than_this_version_writes_is_refused_by_the_compiled_side():
     stored = {line_key("docs", _HASHES[0]): b"\x93\x01\xa1x\x02"}
     with pytest.raises(ValueError, match="malformed line record"):
-        _native.count_lines([("docs", "a", 1, True, (_LINES[0],), ())], _reader(stored, []), {}, {}, 1, 0.5)
+        _native.count_lines(
+            [("docs", "a", 1, True, pack_added((_LINES[0],)), ())], _reader(stored, []), {}, {}, 1, 0.5
+        )
 
 
 class _NoMultiGet:
@@ -180,7 +182,9 @@ class _NoMultiGet:
 
 
 def _update(collection, source, version, lines, counted=True):
-    return LineUpdate(collection, source, version, counted, tuple((line_hash(t), t) for t in lines), ())
+    return LineUpdate(
+        collection, source, version, counted, pack_added([(line_hash(t), t) for t in lines]), ()
+    )
 
 
 def test_the_stage_announces_boilerplate_in_the_order_its_collections_changed():

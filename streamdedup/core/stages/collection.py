@@ -33,6 +33,7 @@ from streamdedup.core.state import (
     PartitionState,
     Table,
     reader,
+    unpack_added,
     write_all,
 )
 
@@ -62,8 +63,8 @@ def member_key(collection: str, source_id: str) -> str:
     return f"m\x00{collection}\x00{source_id}"
 
 
-#: A line update: collection, source_id, version, counted, added (line hash, normalized line), removed hashes.
-Update = tuple[str, str, int, bool, Sequence[tuple[str, str]], Sequence[str]]
+#: A line update: collection, source_id, version, counted, added (packed: ``state.pack_added``), removed hashes.
+Update = tuple[str, str, int, bool, bytes, Sequence[str]]
 #: A line's count and normalized text, or None once no document holds it.
 Line = tuple[int, str] | None
 Counted = tuple[list[tuple[str, "bytes | None"]], list[bool], dict[str, int], dict[str, dict[str, Line]]]
@@ -198,7 +199,12 @@ def count_in_python(
     (``min_docs`` positive), those in at least ``fraction`` of them.
     """
     member_keys = [member_key(u[0], u[1]) for u in updates]
-    line_keys = [line_key(u[0], h) for u in updates for h in (*(a[0] for a in u[4]), *u[5])]
+    added_lines = [unpack_added(u[4]) for u in updates]
+    line_keys = [
+        line_key(u[0], h)
+        for u, added in zip(updates, added_lines, strict=True)
+        for h in (*(a[0] for a in added), *u[5])
+    ]
     keys = list(dict.fromkeys([*member_keys, *line_keys]))
     stored = dict(zip(keys, read(keys), strict=True))
     members: dict[str, CollectionMember | None] = {}
@@ -214,7 +220,9 @@ def count_in_python(
             lines[key] = None if raw is None else _LINE.decode(raw)
         return lines[key]
 
-    for (collection, _, version, counted, added, removed), key in zip(updates, member_keys, strict=True):
+    for (collection, _, version, counted, _, removed), key, added in zip(
+        updates, member_keys, added_lines, strict=True
+    ):
         if key not in members:
             raw = stored[key]
             members[key] = None if raw is None else _MEMBER.decode(raw)

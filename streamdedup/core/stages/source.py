@@ -46,7 +46,10 @@ from streamdedup.core.state import (
     PartitionState,
     SourceRecord,
     Table,
+    pack_added,
+    pack_lines,
     pack_statuses,
+    unpack_lines,
     unpack_statuses,
 )
 
@@ -58,6 +61,8 @@ __all__ = [
     "current_mapping",
     "document_chunks",
     "document_lines",
+    "line_update",
+    "line_update_in_python",
     "mapping_in_python",
     "merge_in_python",
 ]
@@ -83,15 +88,15 @@ def document_chunks(
     )
 
 
-def document_lines(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None = None
-) -> dict[str, str]:
-    """Return the normalized lines a text upsert counts in its collection's boilerplate statistics.
+def _line_parts(
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None
+) -> tuple[str, dict[str, str]]:
+    """Return the ASCII blocks of a text upsert joined (for a compiled call) and the lines of its other blocks.
 
-    ``parsed`` is the text's :func:`blocks`, where the caller has them already.
+    A document counts no lines where its upsert gives chunks or boilerplate is off.
     """
     if event.chunks is not None or params.boilerplate_min_docs == 0:
-        return {}
+        return "", {}
     found: dict[str, str] = {}
     longest = params.boilerplate_max_line_chars
     ascii_blocks: list[str] = []
@@ -104,10 +109,55 @@ def document_lines(
             normalized = normalize(line)
             if normalized and len(normalized) <= longest:
                 found[line_hash(normalized)] = normalized
-    if ascii_blocks:
+    return "\n".join(ascii_blocks), found
+
+
+def document_lines(
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None = None
+) -> dict[str, str]:
+    """Return the normalized lines a text upsert counts in its collection's boilerplate statistics.
+
+    ``parsed`` is the text's :func:`blocks`, where the caller has them already.
+    """
+    text, found = _line_parts(event, params, parsed)
+    if text:
         # Compiled: the same keys and lines as the loop above, for the ASCII blocks' lines all in one call.
-        found.update(_native.line_hashes("\n".join(ascii_blocks), longest))  # type: ignore[arg-type]  # ASCII
+        found.update(_native.line_hashes(text, params.boilerplate_max_line_chars))  # type: ignore[arg-type]  # ASCII
     return found
+
+
+_LineChange = tuple[bytes, bytes, tuple[str, ...], int]
+
+
+def line_update(
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None, old: bytes
+) -> _LineChange:
+    """Return how a text upsert changes the lines its source counts, against ``old`` (packed hashes).
+
+    ``(lines, added, removed, count)``: its lines' hashes sorted and packed (``pack_lines``), the packed
+    ``(hash, line)`` of those not in ``old`` (``pack_added``), the hashes in ``old`` no longer among them (sorted),
+    and the number of its lines. Compiled; ``line_update_in_python`` is the twin.
+    """
+    text, others = _line_parts(event, params, parsed)
+    found = _native.line_update(text, params.boilerplate_max_line_chars, list(others.items()), old)
+    assert found is not None  # the ASCII blocks only
+    lines, added, removed, count = found
+    return lines, added, tuple(removed), count
+
+
+def line_update_in_python(
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None, old: bytes
+) -> _LineChange:
+    """The twin of :func:`line_update` that the tests compare it with."""
+    lines = document_lines(event, params, parsed)
+    ordered = sorted(lines)
+    known = set(unpack_lines(old))
+    return (
+        pack_lines(ordered),
+        pack_added([(h, lines[h]) for h in ordered if h not in known]),
+        tuple(sorted(known.difference(lines))),
+        len(lines),
+    )
 
 
 class SourceStage:
@@ -252,8 +302,8 @@ class SourceStage:
                         event.source_id,
                         event.version,
                         False,
-                        (),
-                        tuple(record.lines),
+                        b"",
+                        unpack_lines(record.lines),
                     )
                 )
             if record.mapped_version >= 0:
@@ -330,21 +380,18 @@ class SourceStage:
         out: list[Message | Output],
         parsed: Sequence[Block] | None,
     ) -> None:
-        lines = document_lines(event, self._params, parsed)
-        old = set(record.lines) if record.lines_collection else set()
+        old = record.lines if record.lines_collection else b""
         if record.lines_collection and record.lines_collection != event.collection:
-            gone = tuple(sorted(old))
-            out.append(LineUpdate(record.lines_collection, event.source_id, event.version, False, (), gone))
-            old = set()
-        ordered = sorted(lines)  # one sort of the hashes serves the update's added lines and the record
-        if lines or old:
-            added = tuple((h, lines[h]) for h in ordered if h not in old)
-            removed = tuple(sorted(old.difference(lines)))
+            gone = unpack_lines(record.lines)
+            out.append(LineUpdate(record.lines_collection, event.source_id, event.version, False, b"", gone))
+            old = b""
+        lines, added, removed, count = line_update(event, self._params, parsed, old)
+        if count or old:
             out.append(
-                LineUpdate(event.collection, event.source_id, event.version, bool(lines), added, removed)
+                LineUpdate(event.collection, event.source_id, event.version, count > 0, added, removed)
             )
-        record.lines = ordered
-        record.lines_collection = event.collection if lines else ""
+        record.lines = lines
+        record.lines_collection = event.collection if count else ""
 
     @staticmethod
     def _take_statuses(table: Table[SourceRecord], source_id: str, lists: list[bytes]) -> None:
