@@ -8,6 +8,7 @@ use std::rc::Rc;
 use indexmap::IndexMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedStr;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -89,8 +90,9 @@ pub struct RefUpdate {
     pub source_id: String,
     pub version: i64,
     pub positions: Vec<i64>,
-    pub texts: Vec<String>,
-    pub norm: String,
+    // Held as the message's Python strings: most copies of a text never need theirs.
+    pub texts: Vec<PyBackedStr>,
+    pub norm: PyBackedStr,
     pub attrs: Option<Rc<SourceAttrs>>,
     pub attrs_only: bool,
     pub attrs_seq: i64,
@@ -187,7 +189,7 @@ fn read_message(
             source_id: get!("source_id")?.extract()?,
             version: get!("version")?.extract()?,
             positions: get!("positions")?.extract()?,
-            texts: py::strings(&get!("texts")?)?,
+            texts: get!("texts")?.extract()?,
             norm: get!("norm")?.extract()?,
             attrs: if attrs.is_none() {
                 None
@@ -561,10 +563,10 @@ impl<'a, 'py> Batch<'a, 'py> {
                     Some(e) if e.positions == message.positions => e.texts.clone(),
                     _ => Vec::new(),
                 }
-            } else if message.texts.iter().all(|t| *t == work.record.text) {
+            } else if message.texts.iter().all(|t| **t == *work.record.text) {
                 Vec::new()
             } else {
-                message.texts.clone()
+                message.texts.iter().map(|t| t.to_string()).collect()
             };
             work.answer_sources.insert(message.source_id.clone());
             RefEntry {

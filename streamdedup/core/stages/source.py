@@ -121,7 +121,7 @@ def document_lines(
     """
     text, found = _line_parts(event, params, parsed)
     if text:
-        # Compiled: the same keys and lines as the loop above, for the ASCII blocks' lines all in one call.
+        # Compiled: the same keys and lines as the loop of _line_parts, for the ASCII blocks' lines in one call.
         found.update(_native.line_hashes(text, params.boilerplate_max_line_chars))  # type: ignore[arg-type]  # ASCII
     return found
 
