@@ -650,12 +650,13 @@ def _profile(lines: list[str]) -> None:
         "Messages by kind: "
         + ", ".join(f"{k} {v:,}" for k, v in sorted(result["message_kinds"].items(), key=lambda kv: -kv[1]))
         + ".\n",
-        "What limits the engine: not signatures (one compiled pass, under a microsecond per chunk) but the Python",
-        "work per message and per state record around them. Each new distinct text costs a handful of messages",
-        "between stages and one LSH bucket read-modify-write per band (21 with the default banding), each record",
-        "decoded and encoded with msgspec and read from and written to RocksDB. The floors below say how much of",
-        "that the job needs: the engine costs several times the least work its storage design allows, and its",
-        "LSH bucket records are a fifth of its cost or less.",
+        "What limits the engine: not signatures (one compiled pass, under a microsecond per chunk) but the work",
+        "per copy and per state record around them. The content stage (compiled) reads, settles and rewrites a",
+        "content's record for every reference update and writes its chunk record again; a batch's records are",
+        "then written to RocksDB in one commit; the source stage chunks, normalizes and hashes documents and makes",
+        "a reference update per content in Python. Each new distinct text also costs a handful of messages between",
+        "stages and one LSH bucket read-modify-write per band (21 with the default banding). The floors below say",
+        "how much of that the job needs.",
         "",
     ]
 
