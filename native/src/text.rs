@@ -108,15 +108,17 @@ pub fn line_hashes(text: PyBackedStr, max_chars: usize) -> Option<Vec<(String, S
     if !bytes.is_ascii() {
         return None;
     }
-    let mut found = Vec::new();
-    for line in bytes.split(|&b| b == b'\n') {
+    Some(kept_lines(bytes, max_chars).collect())
+}
+
+/// ``(line_hash(normalized), normalized)`` for each line of ASCII ``bytes`` whose normalized form is not empty and
+/// at most ``max_chars`` long, in order.
+fn kept_lines(bytes: &[u8], max_chars: usize) -> impl Iterator<Item = (String, String)> + '_ {
+    bytes.split(|&b| b == b'\n').filter_map(move |line| {
         let normalized = normalize_bytes(line);
-        if normalized.is_empty() || normalized.len() > max_chars {
-            continue;
-        }
-        found.push((crate::hex(&blake2b_64(normalized.as_bytes())), normalized));
-    }
-    Some(found)
+        (!normalized.is_empty() && normalized.len() <= max_chars)
+            .then(|| (crate::hex(&blake2b_64(normalized.as_bytes())), normalized))
+    })
 }
 
 /// Read a packed line hash list (`state.pack_lines`: a MessagePack array of strings; empty bytes for none).
@@ -172,13 +174,7 @@ pub fn line_update<'py>(
         return Ok(None);
     }
     let mut found: std::collections::BTreeMap<String, String> = others.into_iter().collect();
-    for line in bytes.split(|&b| b == b'\n') {
-        let normalized = normalize_bytes(line);
-        if normalized.is_empty() || normalized.len() > max_chars {
-            continue;
-        }
-        found.insert(crate::hex(&blake2b_64(normalized.as_bytes())), normalized);
-    }
+    found.extend(kept_lines(bytes, max_chars));
     let old = read_line_hashes(old).map_err(|e| {
         pyo3::exceptions::PyValueError::new_err(format!("malformed line list: {e}"))
     })?;
