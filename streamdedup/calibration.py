@@ -46,7 +46,7 @@ import numpy.typing as npt
 
 from streamdedup.core.clustering import decide
 from streamdedup.core.facts import fact_tokens
-from streamdedup.core.messages import Info, Message, Output, RefUpdate, route
+from streamdedup.core.messages import Info, Message, Output, SourceRefs, route, unpack_refs
 from streamdedup.core.model import InputEvent, Rank, SourceAttrs, covered, union_readers
 from streamdedup.core.params import EngineParams, choose_bands
 from streamdedup.core.policy import CanonicalPolicy
@@ -562,8 +562,10 @@ def _quiesce(
             for item in stages[stage].handle(batch, txn.partition(stage, 0)):
                 if isinstance(item, Output):
                     continue
-                if isinstance(item, RefUpdate) and item.texts and item.content_hash not in texts:
-                    texts[item.content_hash] = (item.texts[0], item.norm)
+                if isinstance(item, SourceRefs):
+                    for ref in unpack_refs(item):
+                        if ref.texts and ref.content_hash not in texts:
+                            texts[ref.content_hash] = (ref.texts[0], ref.norm)
                 target = route(item)[0]
                 if target in queues:
                     queues[target].append(item)

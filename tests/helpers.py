@@ -6,6 +6,7 @@ import subprocess
 from collections.abc import Sequence
 
 from streamdedup.core.engine import Engine
+from streamdedup.core.messages import RefUpdate, SourceRefs, unpack_refs
 from streamdedup.core.model import InputEvent, SourceAttrs, UpsertEvent
 from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
@@ -28,6 +29,17 @@ def upsert(
         acl=acl, modified_at=day * DAY, authority=authority, uri=f"https://example.com/{source_id}"
     )
     return UpsertEvent(source_id=source_id, version=version, attrs=attrs, chunks=tuple(chunks))
+
+
+def ref_updates(messages: Sequence[object]) -> list[RefUpdate]:
+    """Return the reference updates among ``messages``, those a :class:`SourceRefs` packs included, in order."""
+    found: list[RefUpdate] = []
+    for message in messages:
+        if isinstance(message, SourceRefs):
+            found += unpack_refs(message)
+        elif isinstance(message, RefUpdate):
+            found.append(message)
+    return found
 
 
 def run_embedded(engine: Engine, events: Sequence[InputEvent], *, batch: int = 1) -> View:

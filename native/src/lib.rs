@@ -23,10 +23,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod bands;
 mod batch;
+mod chunks;
 mod content;
 mod json;
 mod lines;
 mod mapping;
+mod refs;
 mod text;
 
 use pyo3::buffer::{Element, PyBuffer};
@@ -533,6 +535,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(text::line_update, module)?)?;
     module.add_function(wrap_pyfunction!(mapping::source_mapping, module)?)?;
     module.add_function(wrap_pyfunction!(mapping::merge_statuses, module)?)?;
+    module.add_function(wrap_pyfunction!(chunks::plain_chunks, module)?)?;
+    module.add_function(wrap_pyfunction!(refs::source_refs, module)?)?;
+    module.add_function(wrap_pyfunction!(refs::split_refs, module)?)?;
     module.add_function(wrap_pyfunction!(content::content_reencode, module)?)?;
     module.add_function(wrap_pyfunction!(json::json_from_msgpack, module)?)?;
     Ok(())

@@ -123,6 +123,11 @@ def paragraphs(text: str) -> list[str]:
     return [part.strip() for part in _BLANK_LINE.split(text) if part.strip()]
 
 
+def has_markup(content_type: str) -> bool:
+    """Whether a document of ``content_type`` is parsed as markup; any other is split into :func:`paragraphs`."""
+    return content_type in ("text/markdown", "text/html")
+
+
 def blocks(text: str, content_type: str) -> list[Block]:
     """Split a document into blocks according to its content type."""
     if content_type == "text/markdown":

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from streamdedup.core import _native
 from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, Rank, SourceAttrs, UpsertEvent
 from streamdedup.core.partitioning import partition_for
 
@@ -37,6 +38,7 @@ __all__ = [
     "PairMark",
     "RefUpdate",
     "SourceRef",
+    "SourceRefs",
     "SourceStatuses",
     "VerifyRequest",
     "VerifyResult",
@@ -44,6 +46,8 @@ __all__ = [
     "route",
     "router",
     "split",
+    "split_refs_in_python",
+    "unpack_refs",
 ]
 
 #: The stages in pipeline order: per source, per content hash, per LSH band key, per collection.
@@ -121,6 +125,55 @@ class RefUpdate(msgspec.Struct, frozen=True, omit_defaults=True, tag="ref", tag_
     # and the content already has the texts, which sources do not keep.
     attrs_only: bool = False
     attrs_seq: int = 0  # orders changes of the attributes within one version (a reviewer's preference)
+
+
+class SourceRefs(msgspec.Struct, frozen=True, tag="refs", tag_field="op"):
+    """Source → content: what a new version of ``source_id`` tells the contents of one partition, packed.
+
+    ``refs`` is MessagePack: an array of ``[content_hash, positions, texts, norm]`` arrays sorted by content hash,
+    one per content that this version or the one before holds (the compiled ``source_refs`` writes it). Each
+    stands for the :class:`RefUpdate` that :func:`unpack_refs` makes of it: ``attrs`` go with the contents the
+    version holds, and a content it no longer holds has no positions, texts or ``norm``. A source's upsert sends
+    one message, which drivers divide among the content partitions (:func:`split`), and the compiled content
+    stage reads without a Python object per content.
+    """
+
+    source_id: str
+    version: int
+    attrs_seq: int
+    attrs: SourceAttrs | None
+    refs: bytes
+
+
+_PackedRef = tuple[str, tuple[int, ...], tuple[str, ...], str]
+_REFS = msgspec.msgpack.Decoder(list[_PackedRef])
+_PACK = msgspec.msgpack.Encoder()
+
+
+def unpack_refs(message: SourceRefs) -> list[RefUpdate]:
+    """Return the reference updates a :class:`SourceRefs` stands for, in its order."""
+    return [
+        RefUpdate(
+            content_hash,
+            message.source_id,
+            message.version,
+            positions,
+            texts,
+            norm,
+            message.attrs if positions else None,
+            attrs_seq=message.attrs_seq,
+        )
+        for content_hash, positions, texts, norm in (_REFS.decode(message.refs) if message.refs else ())
+    ]
+
+
+def split_refs_in_python(refs: bytes, partitions: int) -> list[tuple[int, bytes]]:
+    """The twin of the compiled ``split_refs`` that the tests compare it with: ``(partition, refs)`` for each
+    content partition that holds some of the packed list's contents, in the order of their first content."""
+    groups: dict[int, list[_PackedRef]] = {}
+    for entry in _REFS.decode(refs) if refs else ():
+        groups.setdefault(partition_for(content_id(entry[0]), partitions), []).append(entry)
+    return [(partition, _PACK.encode(entries)) for partition, entries in groups.items()]
 
 
 class SourceStatuses(msgspec.Struct, frozen=True, tag="statuses", tag_field="op"):
@@ -258,6 +311,7 @@ Message = (
     | AclEvent
     | SourceStatuses
     | RefUpdate
+    | SourceRefs
     | BandAck
     | VerifyRequest
     | VerifyResult
@@ -314,6 +368,7 @@ _ROUTES: dict[type, tuple[str, str]] = {
 STAGE_OF: dict[type, str] = {
     **{kind: stage for kind, (stage, _) in _ROUTES.items()},
     BoilerplateUpdate: "source",
+    SourceRefs: "content",
     BandJoin: "band",
     BandLeave: "band",
 }
@@ -322,13 +377,17 @@ STAGE_OF: dict[type, str] = {
 def route(message: Message) -> tuple[str, str]:
     """Return the stage that handles ``message`` and the key it is partitioned by (:data:`BROADCAST`: all).
 
-    A band message is partitioned by each of its band keys: this returns its first; :func:`split` divides it. A
-    content is partitioned by its :func:`content_id`, so that a request naming a candidate by its id reaches it.
+    A band message is partitioned by each of its band keys, and a :class:`SourceRefs` by each of its contents:
+    this returns the first; :func:`split` divides them. A content is partitioned by its :func:`content_id`, so
+    that a request naming a candidate by its id reaches it.
     """
     if isinstance(message, BoilerplateUpdate):
         return "source", BROADCAST
     if isinstance(message, (BandJoin, BandLeave)):
         return "band", message.band_keys[0]
+    if isinstance(message, SourceRefs):
+        refs = unpack_refs(message)
+        return "content", content_id(refs[0].content_hash) if refs else ""
     stage, attribute = _ROUTES[type(message)]
     key: str = getattr(message, attribute)
     return stage, content_id(key) if stage == "content" else key
@@ -338,7 +397,8 @@ def split(message: Message, partitions: int) -> list[tuple[str, int, Message]]:
     """Return each (stage, partition, message) that delivering ``message`` among ``partitions`` takes.
 
     A band message becomes one message per band partition that its keys fall in, each holding those keys in their
-    original order; a broadcast goes to every partition; any other message goes to the partition of its key.
+    original order, and a :class:`SourceRefs` one per content partition its contents fall in (compiled:
+    ``split_refs``); a broadcast goes to every partition; any other message goes to the partition of its key.
     """
     if isinstance(message, (BandJoin, BandLeave)):
         if partitions == 1:
@@ -349,6 +409,13 @@ def split(message: Message, partitions: int) -> list[tuple[str, int, Message]]:
         return [
             ("band", partition, msgspec.structs.replace(message, band_keys=tuple(keys)))
             for partition, keys in groups.items()
+        ]
+    if isinstance(message, SourceRefs):
+        if partitions == 1:
+            return [("content", 0, message)] if message.refs else []
+        return [
+            ("content", partition, msgspec.structs.replace(message, refs=refs))
+            for partition, refs in _native.split_refs(message.refs, partitions)
         ]
     stage, key = route(message)
     if key == BROADCAST:

@@ -20,7 +20,7 @@ from streamdedup.core.model import DeleteEvent, InputEvent
 from streamdedup.drivers.kafka.admin import read_to_end
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.testing.feeds import random_feed
-from tests.helpers import embedded_review_keys, run_embedded, unflagged, upsert
+from tests.helpers import embedded_review_keys, ref_updates, run_embedded, unflagged, upsert
 from tests.integration.conftest import BROKER_SCRIPT, RESTART_PORTS, free_pair
 from tests.integration.harness import Deployment
 from tests.integration.test_service import example_events
@@ -72,7 +72,7 @@ def test_a_call_cut_after_its_outputs_is_applied_again_exactly_as_it_was(deploym
         topic = deployment.names.stage("content")
         found = []
         async for _, partition, _, _, value, _ in read_to_end(deployment.settings, [topic]):
-            found += [(partition, m) for m in decode_batch(value) if isinstance(m, RefUpdate)]
+            found += [(partition, m) for m in ref_updates(decode_batch(value))]
         return found
 
     ((partition, ref),) = asyncio.run(content_messages())

@@ -58,7 +58,7 @@ def test_the_router_sends_every_message_where_split_does():
 
     engine.handle = spy
     run_to_quiescence(engine, Transaction(MemoryStore()), events)
-    assert {type(m).__name__ for m in seen} >= {"RefUpdate", "SourceStatuses", "BandJoin", "BandAck"}
+    assert {type(m).__name__ for m in seen} >= {"SourceRefs", "SourceStatuses", "BandJoin", "BandAck"}
     for partitions in (1, 2, 3, 7):
         destinations = router(partitions)
         assert [destinations(m) for m in seen + events] == [split(m, partitions) for m in seen + events]

@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streamdedup.core import _native
+from streamdedup.core.chunking import Chunk
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import (
     _ROUTES,
@@ -19,20 +20,34 @@ from streamdedup.core.messages import (
     Message,
     Output,
     RefUpdate,
+    SourceRefs,
     SourceStatuses,
     VerifyRequest,
     content_id,
+    split,
+    split_refs_in_python,
+    unpack_refs,
 )
 from streamdedup.core.model import AclEvent, DeleteEvent, SourceAttrs, UpsertEvent, format_timestamp
-from streamdedup.core.normalize import content_hash
+from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
-from streamdedup.core.stages.source import _fingerprint, current_mapping, mapping_in_python, merge_in_python
+from streamdedup.core.stages.collection import line_hash
+from streamdedup.core.stages.source import (
+    _fingerprint,
+    current_mapping,
+    mapping_in_python,
+    merge_in_python,
+    plain_chunks,
+    plain_chunks_in_python,
+    refs_in_python,
+    source_refs,
+)
 from streamdedup.core.state import SourceRecord, StatusEntry, pack_statuses, unpack_statuses
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
-from tests.helpers import upsert
+from tests.helpers import ref_updates, upsert
 
 
 def _handle(engine, stage, messages, txn):
@@ -42,7 +57,7 @@ def _handle(engine, stage, messages, txn):
 def test_source_stage_sends_one_ref_per_content_and_ignores_old_versions(engine):
     txn = Transaction(MemoryStore())
     out = _handle(engine, "source", [upsert("s", 2, ["a b", "c", "A  B"])], txn)
-    refs = [m for m in out if isinstance(m, RefUpdate)]
+    refs = ref_updates(out)
     assert sorted(r.positions for r in refs) == [(0, 2), (1,)]
     assert all(r.version == 2 for r in refs)
     assert _handle(engine, "source", [upsert("s", 2, ["x"]), upsert("s", 1, ["y"])], txn) == []
@@ -52,7 +67,7 @@ def test_source_stage_diffs_versions_and_tombstones_deletes(engine):
     txn = Transaction(MemoryStore())
     _handle(engine, "source", [upsert("s", 1, ["keep", "drop"])], txn)
     out = _handle(engine, "source", [upsert("s", 2, ["keep", "new"])], txn)
-    by_position = {r.norm or "<removed>": r.positions for r in out if isinstance(r, RefUpdate)}
+    by_position = {r.norm or "<removed>": r.positions for r in ref_updates(out)}
     assert by_position == {"keep": (0,), "new": (1,), "<removed>": ()}
     out = _handle(engine, "source", [DeleteEvent(source_id="s", version=3)], txn)
     assert all(isinstance(m, RefUpdate) and m.positions == () for m in out)
@@ -63,7 +78,7 @@ def test_source_stage_diffs_versions_and_tombstones_deletes(engine):
 def test_source_stage_keeps_the_statuses_of_the_contents_its_current_chunks_hold(engine):
     txn = Transaction(MemoryStore())
     out = _handle(engine, "source", [upsert("s", 1, ["old one", "kept"])], txn)
-    hashes = {r.norm: r.content_hash for r in out if isinstance(r, RefUpdate)}
+    hashes = {r.norm: r.content_hash for r in ref_updates(out)}
     hashes["new one"] = content_hash("new one")
 
     def status(norm, version):
@@ -271,3 +286,71 @@ def test_a_chunk_record_writes_a_sources_time_as_the_model_formats_it(micros):
     outputs = EmbeddedRunner(Engine(EngineParams()), MemoryStore()).process([event], lambda _: None)
     (chunk,) = [o.record() for o in outputs if o.topic == "canonical-chunks"]
     assert chunk["sources"][0]["modified_at"] == format_timestamp(micros)
+
+
+_CHUNK_TEXT = st.text(st.sampled_from("ab cÉé.,!\n\u00a0ǰ"), max_size=12)
+
+
+@given(
+    st.lists(st.tuples(_CHUNK_TEXT, _CHUNK_TEXT), max_size=8),
+    st.lists(st.sampled_from(["a", "b c", "É", ""]).map(content_hash) | _HASHES, max_size=6),
+)
+def test_the_compiled_reference_list_is_the_pythons(texts, old):
+    chunks = [Chunk(original, plain) for original, plain in texts]
+    plains, originals = [c.plain for c in chunks], [c.original for c in chunks]
+    hashes, packed = source_refs(plains, originals, old)
+    assert (hashes, packed) == refs_in_python(plains, originals, old)
+    # What it says: each position's hash, and per content of either version (in hash order) its positions, their
+    # original texts and its normalized text; a content the version no longer holds has none of them.
+    assert hashes == [content_hash(c.plain) for c in chunks]
+    message = SourceRefs("s", 3, 1, SourceAttrs(acl=("*",), modified_at=0), packed)
+    refs = unpack_refs(message)
+    assert [r.content_hash for r in refs] == sorted(set(hashes) | set(old))
+    for ref in refs:
+        positions = tuple(p for p, h in enumerate(hashes) if h == ref.content_hash)
+        assert ref.positions == positions
+        assert ref.texts == tuple(chunks[p].original for p in positions)
+        assert ref.norm == (normalize(chunks[positions[0]].plain) if positions else "")
+        assert ref.attrs == (message.attrs if positions else None)
+        assert (ref.source_id, ref.version, ref.attrs_seq) == ("s", 3, 1)
+
+
+@given(
+    st.lists(_CHUNK_TEXT, max_size=12),
+    st.lists(_HASHES, max_size=4),
+    st.integers(1, 6),
+)
+def test_a_reference_list_is_split_by_content_partition_as_the_python_splits_it(plains, old, partitions):
+    _, packed = source_refs(plains, plains, old)
+    parts = _native.split_refs(packed, partitions)
+    assert parts == split_refs_in_python(packed, partitions)
+    message = SourceRefs("s", 1, 0, None, packed)
+    delivered = split(message, partitions)
+    assert [(stage, p) for stage, p, _ in delivered] == [("content", p) for p, _ in parts]
+    # Each content reaches the partition its id is routed to, once, in the list's order within a partition.
+    seen = []
+    for _, partition, part in delivered:
+        for ref in unpack_refs(part):
+            assert partition_for(content_id(ref.content_hash), partitions) == partition
+            seen.append(ref)
+    assert sorted(seen, key=lambda r: r.content_hash) == unpack_refs(message)
+
+
+_PLAIN_TEXT = st.text(st.sampled_from("ab É.!?…。,:\n\n\r\t\x0b\x1c\u00a0\u3000"), max_size=80)
+
+
+@given(_PLAIN_TEXT, st.sampled_from(["text/plain", "text/x-rst"]), st.integers(1, 30), st.data())
+def test_the_compiled_plain_text_chunks_are_the_pythons(text, content_type, max_chars, data):
+    lines = [line for part in text.split("\n") for line in (part, part.strip())]
+    boilerplate = data.draw(st.lists(st.sampled_from(lines) if lines else st.just(""), max_size=3))
+    known = {line_hash(normalize(line)): normalize(line) for line in boilerplate} or None
+    found = plain_chunks(text, content_type, max_chars, known)
+    assert found == plain_chunks_in_python(text, content_type, max_chars, known)
+    paragraphs, originals, plains = found
+    assert len(originals) == len(plains)
+    assert all(p and p == p.strip() for p in paragraphs)
+    # No chunk is longer than the limit unless a heading joined it; with no line known, the chunks hold every
+    # paragraph's characters but whitespace, in order.
+    assert all(len(p) <= max_chars or "\n" in p for p in plains)
+    if known is None:
+        assert "".join("".join(p.split()) for p in plains) == "".join("".join(p.split()) for p in paragraphs)

@@ -47,6 +47,11 @@ impl<'a> Reader<'a> {
         self.at == self.data.len()
     }
 
+    /// The offset of the next value.
+    pub fn at(&self) -> usize {
+        self.at
+    }
+
     fn byte(&mut self, what: &'static str) -> Result<u8> {
         let b = *self.data.get(self.at).ok_or(Malformed(what))?;
         self.at += 1;
@@ -215,8 +220,33 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// Skip one value of any type (without building it).
     pub fn skip(&mut self) -> Result<()> {
-        self.value().map(|_| ())
+        const W: &str = "a value";
+        let m = self.peek().ok_or(Malformed(W))?;
+        match m {
+            0xa0..=0xbf | 0xd9..=0xdb => {
+                let n = self.str_len()?;
+                self.take(n, "a string")?;
+            }
+            0xc4..=0xc6 => {
+                self.bin()?;
+            }
+            0x90..=0x9f | 0xdc | 0xdd => {
+                for _ in 0..self.array()? {
+                    self.skip()?;
+                }
+            }
+            0x80..=0x8f | 0xde | 0xdf => {
+                for _ in 0..2 * self.map()? {
+                    self.skip()?;
+                }
+            }
+            _ => {
+                self.value()?;
+            }
+        }
+        Ok(())
     }
 
     pub fn strings(&mut self) -> Result<Vec<String>> {

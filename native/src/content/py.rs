@@ -14,6 +14,7 @@ use super::mp::Value;
 /// The package's classes the stage reads and builds.
 pub struct Classes {
     pub ref_update: Py<PyAny>,
+    pub source_refs: Py<PyAny>,
     pub band_ack: Py<PyAny>,
     pub verify_request: Py<PyAny>,
     pub verify_result: Py<PyAny>,
@@ -42,6 +43,7 @@ impl Classes {
         };
         Ok(Classes {
             ref_update: get("RefUpdate")?,
+            source_refs: get("SourceRefs")?,
             band_ack: get("BandAck")?,
             verify_request: get("VerifyRequest")?,
             verify_result: get("VerifyResult")?,

@@ -8,7 +8,7 @@ use std::rc::Rc;
 use indexmap::IndexMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedStr;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -85,14 +85,34 @@ pub struct Helpers {
 // ---------------------------------------------------------------------------------------------------------------
 // Messages in.
 
+/// A text a reference update carries, held where the message holds it (most copies of a text never need theirs):
+/// a `RefUpdate`'s Python string, or a slice of a `SourceRefs` message's packed list.
+pub enum Text {
+    Py(PyBackedStr),
+    Packed(Rc<PyBackedBytes>, usize, usize),
+}
+
+impl std::ops::Deref for Text {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            Text::Py(text) => text,
+            // SAFETY: the slice is a string the packed list's reader checked as UTF-8 (`refs::read_refs`).
+            Text::Packed(data, start, end) => unsafe {
+                std::str::from_utf8_unchecked(&data[*start..*end])
+            },
+        }
+    }
+}
+
 pub struct RefUpdate {
     pub content_hash: String,
     pub source_id: String,
     pub version: i64,
     pub positions: Vec<i64>,
-    // Held as the message's Python strings: most copies of a text never need theirs.
-    pub texts: Vec<PyBackedStr>,
-    pub norm: PyBackedStr,
+    pub texts: Vec<Text>,
+    pub norm: Text,
     pub attrs: Option<Rc<SourceAttrs>>,
     pub attrs_only: bool,
     pub attrs_seq: i64,
@@ -170,6 +190,58 @@ fn by_id(message: &In) -> bool {
     matches!(message, In::Verify(m) if m.content_hash.len() == CONTENT_ID_CHARS)
 }
 
+/// Read a `SourceRefs` message: a `RefUpdate` for each content of its packed list, in the list's order.
+fn read_source_refs(
+    obj: &Bound<'_, PyAny>,
+    reader: &mut py::Reader,
+    parsed: &mut Vec<In>,
+) -> PyResult<()> {
+    let py = obj.py();
+    let source_id: String = obj.getattr(pyo3::intern!(py, "source_id"))?.extract()?;
+    let version: i64 = obj.getattr(pyo3::intern!(py, "version"))?.extract()?;
+    let attrs_seq: i64 = obj.getattr(pyo3::intern!(py, "attrs_seq"))?.extract()?;
+    let attrs = obj.getattr(pyo3::intern!(py, "attrs"))?;
+    let attrs = if attrs.is_none() {
+        None
+    } else {
+        Some(reader.attrs(&attrs)?)
+    };
+    let data = Rc::new(
+        obj.getattr(pyo3::intern!(py, "refs"))?
+            .extract::<PyBackedBytes>()?,
+    );
+    let base = data.as_ptr() as usize;
+    let text = |s: &str| {
+        Text::Packed(
+            data.clone(),
+            s.as_ptr() as usize - base,
+            s.as_ptr() as usize - base + s.len(),
+        )
+    };
+    let refs = crate::refs::read_refs(&data).map_err(|e| {
+        PyValueError::new_err(format!("malformed reference list of {source_id:?}: {e}"))
+    })?;
+    parsed.reserve(refs.len());
+    for entry in refs {
+        parsed.push(In::Ref(RefUpdate {
+            content_hash: entry.content_hash.to_owned(),
+            source_id: source_id.clone(),
+            version,
+            texts: entry.texts.iter().map(|t| text(t)).collect(),
+            norm: text(entry.norm),
+            attrs: if entry.positions.is_empty() {
+                None
+            } else {
+                attrs.clone()
+            },
+            positions: entry.positions,
+            attrs_only: false,
+            attrs_seq,
+        }));
+    }
+    Ok(())
+}
+
 fn read_message(
     obj: &Bound<'_, PyAny>,
     classes: &Classes,
@@ -189,8 +261,12 @@ fn read_message(
             source_id: get!("source_id")?.extract()?,
             version: get!("version")?.extract()?,
             positions: get!("positions")?.extract()?,
-            texts: get!("texts")?.extract()?,
-            norm: get!("norm")?.extract()?,
+            texts: get!("texts")?
+                .extract::<Vec<PyBackedStr>>()?
+                .into_iter()
+                .map(Text::Py)
+                .collect(),
+            norm: Text::Py(get!("norm")?.extract()?),
             attrs: if attrs.is_none() {
                 None
             } else {
@@ -2844,10 +2920,15 @@ impl ContentKernel {
         scan: Bound<'py, PyAny>,
     ) -> PyResult<Applied<'py>> {
         let mut reader = py::Reader::default();
-        let parsed = messages
-            .iter()
-            .map(|m| read_message(m, &self.classes, &mut reader))
-            .collect::<PyResult<Vec<In>>>()?;
+        let mut parsed = Vec::with_capacity(messages.len());
+        let source_refs = self.classes.source_refs.bind(py);
+        for message in &messages {
+            if message.get_type().is(source_refs) {
+                read_source_refs(message, &mut reader, &mut parsed)?;
+            } else {
+                parsed.push(read_message(message, &self.classes, &mut reader)?);
+            }
+        }
         let mut batch = Batch {
             py,
             params: &self.params,

@@ -41,10 +41,12 @@ from streamdedup.core.messages import (
     PairMark,
     RefUpdate,
     SourceRef,
+    SourceRefs,
     SourceStatuses,
     VerifyRequest,
     VerifyResult,
     content_id,
+    unpack_refs,
 )
 from streamdedup.core.model import Rank, SourceAttrs, format_timestamp
 from streamdedup.core.normalize import normalize
@@ -83,7 +85,7 @@ class ContentStage:
     def __init__(self, context: StageContext) -> None:
         params = context.params
         classes = (
-            RefUpdate, BandAck, VerifyRequest, VerifyResult, PairDecision, NeighborUpdate, SourceStatuses,
+            RefUpdate, SourceRefs, BandAck, VerifyRequest, VerifyResult, PairDecision, NeighborUpdate, SourceStatuses,
             BandJoin, BandLeave, Output, Info, Rank, PairMark, MemberReport, SourceRef, SourceAttrs, msgspec.Raw,
         )  # fmt: skip
         self._kernel = _native.ContentKernel(
@@ -140,6 +142,8 @@ class ContentStageInPython:
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of messages for one partition and emit what follows from them."""
         out: list[Message | Output] = []
+        if any(isinstance(m, SourceRefs) for m in messages):
+            messages = [r for m in messages for r in (unpack_refs(m) if isinstance(m, SourceRefs) else (m,))]
         ids = Table(state, ContentIds)
         if any(_by_id(m) for m in messages):
             messages = self._resolve(messages, ids, out)

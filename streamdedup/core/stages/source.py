@@ -16,7 +16,7 @@ import msgspec
 
 from streamdedup.core import _native
 from streamdedup.core.chunking import Chunk, chunk_document
-from streamdedup.core.markup import Block, blocks, plain_text
+from streamdedup.core.markup import Block, blocks, has_markup, plain_text
 from streamdedup.core.messages import (
     BoilerplateUpdate,
     LineDecision,
@@ -26,6 +26,7 @@ from streamdedup.core.messages import (
     PairDecision,
     PairMark,
     RefUpdate,
+    SourceRefs,
     SourceStatuses,
 )
 from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, UpsertEvent
@@ -65,6 +66,10 @@ __all__ = [
     "line_update_in_python",
     "mapping_in_python",
     "merge_in_python",
+    "plain_chunks",
+    "plain_chunks_in_python",
+    "refs_in_python",
+    "source_refs",
 ]
 
 _SNAPSHOT_PREFIX = "\x00boilerplate\x00"
@@ -88,20 +93,52 @@ def document_chunks(
     )
 
 
+def plain_chunks(
+    text: str, content_type: str, max_chars: int, known: dict[str, str] | None
+) -> tuple[list[str], list[str], list[str]]:
+    """Chunk a text without markup (:func:`~streamdedup.core.markup.has_markup` false), leaving out the lines whose
+    key is in ``known`` (a collection's boilerplate): its paragraphs' plain text, and each chunk's original and
+    plain text. Compiled (``plain_chunks_in_python`` is the twin)."""
+    return _native.plain_chunks(text, content_type == "text/plain", max_chars, known, normalize)
+
+
+def plain_chunks_in_python(
+    text: str, content_type: str, max_chars: int, known: dict[str, str] | None
+) -> tuple[list[str], list[str], list[str]]:
+    """The twin of :func:`plain_chunks` that the tests compare it with: ``blocks`` and ``chunk_document``."""
+    parsed = blocks(text, content_type)
+    chunks = chunk_document(text, content_type, max_chars=max_chars, keep_line=_keeper(known), parsed=parsed)
+    return [b.plain for b in parsed], [c.original for c in chunks], [c.plain for c in chunks]
+
+
+def _keeper(known: dict[str, str] | None) -> Callable[[str], bool] | None:
+    """Whether to keep a line of a document: not if it is one of a collection's ``known`` boilerplate lines."""
+    if not known:
+        return None
+    lines = known
+
+    def keep_line(line: str) -> bool:
+        return line_hash(normalize(line)) not in lines
+
+    return keep_line
+
+
 def _line_parts(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None
 ) -> tuple[str, dict[str, str]]:
     """Return the ASCII blocks of a text upsert joined (for a compiled call) and the lines of its other blocks.
 
-    A document counts no lines where its upsert gives chunks or boilerplate is off.
+    ``parsed`` is the plain text of its blocks, where the caller has them already. A document counts no lines
+    where its upsert gives chunks or boilerplate is off.
     """
     if event.chunks is not None or params.boilerplate_min_docs == 0:
         return "", {}
     found: dict[str, str] = {}
     longest = params.boilerplate_max_line_chars
     ascii_blocks: list[str] = []
-    for block in blocks(event.text or "", event.content_type) if parsed is None else parsed:
-        plain = block.plain
+    if parsed is None:
+        parsed = [block.plain for block in blocks(event.text or "", event.content_type)]
+    for plain in parsed:
         if plain.isascii():
             ascii_blocks.append(plain)
             continue
@@ -113,11 +150,11 @@ def _line_parts(
 
 
 def document_lines(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None = None
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None = None
 ) -> dict[str, str]:
     """Return the normalized lines a text upsert counts in its collection's boilerplate statistics.
 
-    ``parsed`` is the text's :func:`blocks`, where the caller has them already.
+    ``parsed`` is the plain text of the text's :func:`blocks`, where the caller has them already.
     """
     text, found = _line_parts(event, params, parsed)
     if text:
@@ -130,7 +167,7 @@ _LineChange = tuple[bytes, bytes, tuple[str, ...], int]
 
 
 def line_update(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None, old: bytes
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None, old: bytes
 ) -> _LineChange:
     """Return how a text upsert changes the lines its source counts, against ``old`` (packed hashes).
 
@@ -146,7 +183,7 @@ def line_update(
 
 
 def line_update_in_python(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[Block] | None, old: bytes
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None, old: bytes
 ) -> _LineChange:
     """The twin of :func:`line_update` that the tests compare it with."""
     lines = document_lines(event, params, parsed)
@@ -158,6 +195,33 @@ def line_update_in_python(
         tuple(sorted(known.difference(lines))),
         len(lines),
     )
+
+
+def source_refs(
+    plains: Sequence[str], originals: Sequence[str], old: Sequence[str]
+) -> tuple[list[str], bytes]:
+    """Return the content hash of each chunk of a new version (its ``plains`` and ``originals``: each chunk's plain
+    and original text) and the packed list of what the version tells the contents of either version
+    (``SourceRefs.refs``), against ``old``, the hashes of the version before.
+
+    Compiled: each chunk normalized and hashed, and the list written, in one call (``refs_in_python`` is the twin).
+    """
+    return _native.source_refs(plains, originals, old, normalize)
+
+
+def refs_in_python(
+    plains: Sequence[str], originals: Sequence[str], old: Sequence[str]
+) -> tuple[list[str], bytes]:
+    """The twin of :func:`source_refs` that the tests compare it with."""
+    norms = [normalize(plain) for plain in plains]
+    hashes = [hashlib.sha256(n.encode("utf-8")).hexdigest() for n in norms]
+    held = _positions_by_content(hashes)
+    entries = []
+    for content_hash in sorted(set(held) | set(old)):
+        positions = held.get(content_hash, ())
+        texts = tuple(originals[p] for p in positions)
+        entries.append((content_hash, positions, texts, norms[positions[0]] if positions else ""))
+    return hashes, msgspec.msgpack.encode(entries) if entries else b""
 
 
 class SourceStage:
@@ -289,9 +353,8 @@ class SourceStage:
         record = table.get_or_new(event.source_id)
         if event.version <= record.version:
             return False
-        old = _positions_by_content(record.chunks)
         if isinstance(event, DeleteEvent):
-            for content_hash in sorted(old):
+            for content_hash in sorted(set(record.chunks)):
                 out.append(
                     RefUpdate(content_hash, event.source_id, event.version, (), attrs_seq=record.attrs_seq)
                 )
@@ -325,49 +388,32 @@ class SourceStage:
             if record.deleted or record.attrs is None:
                 return False
             record.attrs = msgspec.structs.replace(record.attrs, acl=event.acl, preferred=record.preferred)
+            for content_hash, positions in sorted(_positions_by_content(record.chunks).items()):
+                out.append(_attrs_update(content_hash, event.source_id, record, positions))
         else:
             snapshot = snapshots.get(_SNAPSHOT_PREFIX + event.collection)
-            keep_line = None
-            if snapshot is not None and snapshot.lines:
-                known = snapshot.lines
-
-                def keep_line(line: str) -> bool:
-                    return line_hash(normalize(line)) not in known
-
+            known = snapshot.lines if snapshot is not None and snapshot.lines else None
             # The text's blocks, parsed once for its chunks and its lines.
-            parsed = None if event.chunks is not None else blocks(event.text or "", event.content_type)
-            chunks = document_chunks(event, self._params, keep_line, parsed)
+            parsed: list[str] | None = None
+            if event.chunks is None and not has_markup(event.content_type):
+                parsed, originals, plains = plain_chunks(
+                    event.text or "", event.content_type, self._params.max_chunk_chars, known
+                )
+            else:
+                found = None if event.chunks is not None else blocks(event.text or "", event.content_type)
+                chunks = document_chunks(event, self._params, _keeper(known), found)
+                originals, plains = [c.original for c in chunks], [c.plain for c in chunks]
+                parsed = None if found is None else [block.plain for block in found]
             self._report_lines(record, event, out, parsed)
-            norms = [normalize(c.plain) for c in chunks]
             record.version, record.deleted = event.version, False
             attrs = event.attrs
             if record.preferred:
                 attrs = msgspec.structs.replace(attrs, preferred=True)
             record.attrs, record.collection = attrs, event.collection
-            record.chunks = [hashlib.sha256(n.encode("utf-8")).hexdigest() for n in norms]
+            record.chunks, refs = source_refs(plains, originals, record.chunks)
             table.mark(event.source_id)
-        new = _positions_by_content(record.chunks)
-        for content_hash in sorted(set(old) | set(new)):
-            positions = new.get(content_hash, ())
-            if not positions:
-                out.append(
-                    RefUpdate(content_hash, event.source_id, record.version, (), attrs_seq=record.attrs_seq)
-                )
-            elif isinstance(event, AclEvent):
-                out.append(_attrs_update(content_hash, event.source_id, record, positions))
-            else:
-                out.append(
-                    RefUpdate(
-                        content_hash,
-                        event.source_id,
-                        record.version,
-                        positions,
-                        tuple(chunks[p].original for p in positions),
-                        norms[positions[0]],
-                        record.attrs,
-                        attrs_seq=record.attrs_seq,
-                    )
-                )
+            if refs:
+                out.append(SourceRefs(event.source_id, record.version, record.attrs_seq, record.attrs, refs))
         kept = _native.merge_statuses(record.chunks, record.statuses, [])  # those of contents it still holds
         if kept is not None:
             record.statuses = kept
@@ -378,7 +424,7 @@ class SourceStage:
         record: SourceRecord,
         event: UpsertEvent,
         out: list[Message | Output],
-        parsed: Sequence[Block] | None,
+        parsed: Sequence[str] | None,
     ) -> None:
         old = record.lines if record.lines_collection else b""
         if record.lines_collection and record.lines_collection != event.collection:
