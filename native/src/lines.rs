@@ -4,7 +4,7 @@
 //! Records are MessagePack arrays, as msgspec writes the package's `array_like` structs: a line is
 //! `[count, text]` (`LineRecord`), a source's last counted version `[version, counted]` (`CollectionMember`).
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -181,10 +181,10 @@ pub fn count_lines<'py>(
     let mut lines: Vec<Option<Option<(i64, String)>>> = vec![None; names.len() - first_line];
     let mut changed = vec![false; names.len()];
     let mut applied = Vec::with_capacity(updates.len());
-    let mut totals: HashMap<String, i64> = HashMap::new();
+    let mut totals: HashMap<String, i64> = HashMap::default();
     // Per collection, in order of first application, the lines changed, once each: (line slot, line hash).
     let mut touched: Vec<(String, Vec<(usize, &str)>)> = Vec::new();
-    let mut touched_at: HashMap<String, usize> = HashMap::new();
+    let mut touched_at: HashMap<String, usize> = HashMap::default();
     for (u, ((collection, _, version, counted, _, removed), added)) in
         updates.iter().zip(&added_lines).enumerate()
     {

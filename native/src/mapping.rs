@@ -7,7 +7,9 @@
 //! array of `StatusEntry` arrays sorted by content hash. The content stage sends a source the statuses of a batch
 //! in the same form (`SourceStatuses`), and `merge_statuses` takes them in.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

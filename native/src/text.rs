@@ -7,62 +7,62 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
 
-/// What `str.isspace()` holds true in ASCII: `str.split()` splits there.
-fn is_space(byte: u8) -> bool {
-    matches!(
-        byte,
-        b'\t' | b'\n' | 0x0B | 0x0C | b'\r' | 0x1C..=0x1F | b' '
-    )
-}
+/// The class of each byte in normalizing: a word's character, what `str.isspace()` holds true in ASCII
+/// (`str.split()` splits there), or one of the ASCII characters of Unicode's punctuation categories (P*, what
+/// `\p{P}` matches in ASCII).
+const WORD: u8 = 0;
+const SPACE: u8 = 1;
+const PUNCTUATION: u8 = 2;
 
-/// The ASCII characters of Unicode's punctuation categories (P*), what `\p{P}` matches in ASCII.
-fn is_punctuation(byte: u8) -> bool {
-    matches!(
-        byte,
-        b'!' | b'"'
-            | b'#'
-            | b'%'
-            | b'&'
-            | b'\''
-            | b'('
-            | b')'
-            | b'*'
-            | b','
-            | b'-'
-            | b'.'
-            | b'/'
-            | b':'
-            | b';'
-            | b'?'
-            | b'@'
-            | b'['
-            | b'\\'
-            | b']'
-            | b'_'
-            | b'{'
-            | b'}'
-    )
-}
+static CLASS: [u8; 256] = {
+    let mut class = [WORD; 256];
+    let spaces = b"\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f ";
+    let mut i = 0;
+    while i < spaces.len() {
+        class[spaces[i] as usize] = SPACE;
+        i += 1;
+    }
+    let marks = b"!\"#%&'()*,-./:;?@[\\]_{}";
+    let mut i = 0;
+    while i < marks.len() {
+        class[marks[i] as usize] = PUNCTUATION;
+        i += 1;
+    }
+    class
+};
 
-/// The normalized form of ASCII bytes: each word lowered into the output whole, not a character at a time.
+/// The normalized form of UTF-8 bytes, ASCII whitespace and punctuation only: each word's edges cut of
+/// punctuation, lowered, and the words joined by one space. Cut only at ASCII bytes and lowered only there,
+/// UTF-8 stays UTF-8.
 fn normalize_bytes(bytes: &[u8]) -> String {
+    let class = |b: u8| CLASS[usize::from(b)];
     let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
-    for raw in bytes.split(|&b| is_space(b)) {
-        let Some(start) = raw.iter().position(|&b| !is_punctuation(b)) else {
+    let (n, mut i) = (bytes.len(), 0);
+    while i < n {
+        while i < n && class(bytes[i]) == SPACE {
+            i += 1;
+        }
+        let mut start = i;
+        while i < n && class(bytes[i]) != SPACE {
+            i += 1;
+        }
+        let mut end = i;
+        while start < end && class(bytes[start]) == PUNCTUATION {
+            start += 1;
+        }
+        while end > start && class(bytes[end - 1]) == PUNCTUATION {
+            end -= 1;
+        }
+        if start == end {
             continue;
-        };
-        let end = raw
-            .iter()
-            .rposition(|&b| !is_punctuation(b))
-            .map_or(start, |e| e + 1);
+        }
         if !out.is_empty() {
             out.push(b' ');
         }
         let at = out.len();
-        out.extend_from_slice(&raw[start..end]);
+        out.extend_from_slice(&bytes[start..end]);
         out[at..].make_ascii_lowercase();
     }
-    // Cut only at ASCII bytes and lowered only there, UTF-8 stays UTF-8.
     String::from_utf8(out).expect("normalizing UTF-8 gives UTF-8")
 }
 
@@ -108,16 +108,36 @@ pub fn line_hashes(text: PyBackedStr, max_chars: usize) -> Option<Vec<(String, S
     if !bytes.is_ascii() {
         return None;
     }
-    Some(kept_lines(bytes, max_chars).collect())
+    Some(
+        kept_lines(bytes, max_chars)
+            .map(|(key, line)| {
+                (
+                    std::str::from_utf8(&key).expect("hex digits").to_owned(),
+                    line,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The hex digits of an 8-byte digest (`crate::hex`, without a `String`).
+fn hex16(digest: [u8; 8]) -> [u8; 16] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 16];
+    for (i, b) in digest.into_iter().enumerate() {
+        out[2 * i] = DIGITS[usize::from(b >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(b & 15)];
+    }
+    out
 }
 
 /// ``(line_hash(normalized), normalized)`` for each line of ASCII ``bytes`` whose normalized form is not empty and
 /// at most ``max_chars`` long, in order.
-fn kept_lines(bytes: &[u8], max_chars: usize) -> impl Iterator<Item = (String, String)> + '_ {
+fn kept_lines(bytes: &[u8], max_chars: usize) -> impl Iterator<Item = ([u8; 16], String)> + '_ {
     bytes.split(|&b| b == b'\n').filter_map(move |line| {
         let normalized = normalize_bytes(line);
         (!normalized.is_empty() && normalized.len() <= max_chars)
-            .then(|| (crate::hex(&blake2b_64(normalized.as_bytes())), normalized))
+            .then(|| (hex16(blake2b_64(normalized.as_bytes())), normalized))
     })
 }
 
@@ -173,15 +193,36 @@ pub fn line_update<'py>(
     if !bytes.is_ascii() {
         return Ok(None);
     }
-    let mut found: std::collections::BTreeMap<String, String> = others.into_iter().collect();
+    // Sorted by key, the last found of equal keys kept (as a map taking them in order would keep it).
+    let mut found: Vec<([u8; 16], String)> = Vec::with_capacity(others.len() + bytes.len() / 32);
+    for (hashed, line) in others {
+        let key: [u8; 16] = hashed.as_bytes().try_into().map_err(|_| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "a line key of 16 digits, not {hashed:?}"
+            ))
+        })?;
+        found.push((key, line));
+    }
     found.extend(kept_lines(bytes, max_chars));
+    found.sort_by_key(|a| a.0);
+    let mut last = Vec::with_capacity(found.len());
+    let mut entries = found.into_iter().peekable();
+    while let Some(entry) = entries.next() {
+        if entries.peek().is_none_or(|next| next.0 != entry.0) {
+            last.push(entry);
+        }
+    }
+    let found = last;
     let old = read_line_hashes(old).map_err(|e| {
         pyo3::exceptions::PyValueError::new_err(format!("malformed line list: {e}"))
     })?;
-    let known: std::collections::HashSet<&str> = old.iter().copied().collect();
+    let known: rustc_hash::FxHashSet<&[u8]> = old.iter().map(|h| h.as_bytes()).collect();
     let mut lines = crate::content::mp::Writer::with_capacity(4 + 18 * found.len());
     let mut added = crate::content::mp::Writer::with_capacity(4 + 80 * found.len());
-    let fresh = found.keys().filter(|h| !known.contains(h.as_str())).count();
+    let fresh = found
+        .iter()
+        .filter(|(h, _)| !known.contains(&h[..]))
+        .count();
     if !found.is_empty() {
         lines.array(found.len());
     }
@@ -189,16 +230,18 @@ pub fn line_update<'py>(
         added.array(fresh);
     }
     for (hashed, normalized) in &found {
+        let hashed = std::str::from_utf8(hashed).expect("hex digits");
         lines.str(hashed);
-        if !known.contains(hashed.as_str()) {
+        if !known.contains(hashed.as_bytes()) {
             added.array(2);
             added.str(hashed);
             added.str(normalized);
         }
     }
+    let held: rustc_hash::FxHashSet<&[u8]> = found.iter().map(|(h, _)| &h[..]).collect();
     let mut removed: Vec<String> = old
         .iter()
-        .filter(|h| !found.contains_key(**h))
+        .filter(|h| !held.contains(h.as_bytes()))
         .map(|h| (*h).to_owned())
         .collect();
     removed.sort_unstable();
