@@ -21,6 +21,17 @@ pub struct Writer {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// Whether any of the eight bytes of `word` is a control character (below 0x20), a quote or a backslash: the
+/// bytes a JSON string escapes (a byte of 0x80 and above, part of a longer character, is written as it is).
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_in = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let below = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    below | zero_in(word ^ (ONES * u64::from(b'"'))) | zero_in(word ^ (ONES * u64::from(b'\\')))
+        != 0
+}
+
 impl Writer {
     pub fn with_capacity(n: usize) -> Self {
         Writer {
@@ -56,7 +67,16 @@ impl Writer {
         out.push(b'"');
         let bytes = s.as_bytes();
         let mut start = 0;
-        for (i, &b) in bytes.iter().enumerate() {
+        // Eight bytes at a time while none needs escaping: most text has no quote, backslash or control character.
+        let mut at = 0;
+        while at + 8 <= bytes.len() {
+            let word = u64::from_le_bytes(bytes[at..at + 8].try_into().expect("eight bytes"));
+            if needs_escape(word) {
+                break;
+            }
+            at += 8;
+        }
+        for (i, &b) in bytes.iter().enumerate().skip(at) {
             if b >= 0x20 && b != b'"' && b != b'\\' {
                 continue;
             }
