@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::content::mp::{Reader, Result as MpResult, Writer as MpWriter};
+use crate::content::mp::{Result as MpResult, Writer as MpWriter};
 use crate::content::stage::round6;
 use crate::json::{python_repr, Writer as JsonWriter};
 use crate::text::blake2b_64;
@@ -85,16 +85,7 @@ impl Status<'_> {
 
 /// The statuses of a packed list, in its order (an empty list is empty bytes).
 pub(crate) fn read_statuses(data: &[u8]) -> MpResult<Vec<Status<'_>>> {
-    if data.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut r = Reader::new(data);
-    let n = r.array()?;
-    let mut statuses = Vec::with_capacity(n);
-    for _ in 0..n {
-        if r.array()? != 7 {
-            return Err(crate::content::mp::Malformed("a status of 7 fields"));
-        }
+    crate::content::mp::read_list(data, 7, "a status of 7 fields", |r| {
         let content_hash = r.str()?;
         let seq = r.int()?;
         let version = r.int()?;
@@ -104,7 +95,7 @@ pub(crate) fn read_statuses(data: &[u8]) -> MpResult<Vec<Status<'_>>> {
             "canonical" => false,
             _ => return Err(crate::content::mp::Malformed("a relation")),
         };
-        statuses.push(Status {
+        Ok(Status {
             content_hash,
             seq,
             version,
@@ -112,9 +103,8 @@ pub(crate) fn read_statuses(data: &[u8]) -> MpResult<Vec<Status<'_>>> {
             near,
             jaccard: r.float()?,
             canonical_position: r.int()?,
-        });
-    }
-    Ok(statuses)
+        })
+    })
 }
 
 /// The packed list of `statuses`, which must be sorted by content hash, without repeats.

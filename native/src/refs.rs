@@ -28,29 +28,18 @@ pub(crate) struct PackedRef<'a> {
 
 /// Read a packed list's entries (empty bytes: none).
 pub(crate) fn read_refs(data: &[u8]) -> MpResult<Vec<PackedRef<'_>>> {
-    if data.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut r = Reader::new(data);
-    let n = r.array()?;
-    let mut refs = Vec::with_capacity(n);
-    for _ in 0..n {
-        if r.array()? != 4 {
-            return Err(crate::content::mp::Malformed("a reference of 4 fields"));
-        }
+    crate::content::mp::read_list(data, 4, "a reference of 4 fields", |r| {
         let content_hash = r.str()?;
         let positions = r.ints()?;
         let count = r.array()?;
         let texts = (0..count).map(|_| r.str()).collect::<MpResult<Vec<_>>>()?;
-        let norm = r.str()?;
-        refs.push(PackedRef {
+        Ok(PackedRef {
             content_hash,
             positions,
             texts,
-            norm,
-        });
-    }
-    Ok(refs)
+            norm: r.str()?,
+        })
+    })
 }
 
 fn malformed(e: crate::content::mp::Malformed) -> PyErr {

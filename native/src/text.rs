@@ -154,19 +154,7 @@ pub(crate) fn read_line_hashes(data: &[u8]) -> crate::content::mp::Result<Vec<&s
 /// Read a packed list of added lines (`LineUpdate.added`: a MessagePack array of `[line hash, normalized line]`
 /// arrays; empty bytes for none).
 pub(crate) fn read_added_lines(data: &[u8]) -> crate::content::mp::Result<Vec<(&str, &str)>> {
-    if data.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut r = crate::content::mp::Reader::new(data);
-    let n = r.array()?;
-    (0..n)
-        .map(|_| {
-            if r.array()? != 2 {
-                return Err(crate::content::mp::Malformed("a line of 2 fields"));
-            }
-            Ok((r.str()?, r.str()?))
-        })
-        .collect()
+    crate::content::mp::read_list(data, 2, "a line of 2 fields", |r| Ok((r.str()?, r.str()?)))
 }
 
 /// What `line_update` returns: lines and added lines packed, removed hashes, the number of lines.

@@ -260,6 +260,29 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Read a packed list (empty bytes for none): a MessagePack array of arrays of `fields` fields, each read by
+/// `item`; `what` names an item in the error of one of another length.
+pub fn read_list<'a, T>(
+    data: &'a [u8],
+    fields: usize,
+    what: &'static str,
+    mut item: impl FnMut(&mut Reader<'a>) -> Result<T>,
+) -> Result<Vec<T>> {
+    if data.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut r = Reader::new(data);
+    let n = r.array()?;
+    let mut items = Vec::with_capacity(n);
+    for _ in 0..n {
+        if r.array()? != fields {
+            return Err(Malformed(what));
+        }
+        items.push(item(&mut r)?);
+    }
+    Ok(items)
+}
+
 /// A writer of one record.
 #[derive(Default)]
 pub struct Writer {
