@@ -150,12 +150,8 @@ fn keep_line(
     known: &Bound<'_, PyDict>,
     normalize: &Bound<'_, PyAny>,
 ) -> PyResult<bool> {
-    let normalized = match crate::text::normalized_ascii(line) {
-        Some(norm) => norm,
-        None => normalize.call1((line,))?.extract::<String>()?,
-    };
-    let key = crate::hex(&crate::text::blake2b_64(normalized.as_bytes()));
-    Ok(!known.contains(key)?)
+    let key = crate::text::line_key(&crate::text::normalized(line, normalize)?);
+    Ok(!known.contains(std::str::from_utf8(&key).expect("hex digits"))?)
 }
 
 /// What `plain_chunks` returns: the paragraphs, and each chunk's original and plain text.

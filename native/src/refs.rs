@@ -71,13 +71,10 @@ pub fn source_refs<'py>(
             "plains and originals differ in length",
         ));
     }
-    let mut norms = Vec::with_capacity(plains.len());
-    for plain in &plains {
-        norms.push(match crate::text::normalized_ascii(plain) {
-            Some(norm) => norm,
-            None => normalize.call1((&**plain,))?.extract::<String>()?,
-        });
-    }
+    let norms = plains
+        .iter()
+        .map(|plain| crate::text::normalized(plain, &normalize))
+        .collect::<PyResult<Vec<_>>>()?;
     let hashes: Vec<String> = norms
         .iter()
         .map(|norm| crate::hex(&Sha256::digest(norm.as_bytes())))

@@ -84,6 +84,19 @@ pub fn normalized_ascii(text: &str) -> Option<String> {
     Some(normalize_bytes(bytes))
 }
 
+/// The normalized form of any ``text``: compiled for ASCII, else by ``normalize`` (``normalize.normalize``).
+pub(crate) fn normalized(text: &str, normalize: &Bound<'_, PyAny>) -> PyResult<String> {
+    match normalized_ascii(text) {
+        Some(norm) => Ok(norm),
+        None => normalize.call1((text,))?.extract(),
+    }
+}
+
+/// A line's key, the hex digits of the BLAKE2b-64 of its normalized form (`collection.line_hash`).
+pub(crate) fn line_key(normalized: &str) -> [u8; 16] {
+    hex16(blake2b_64(normalized.as_bytes()))
+}
+
 /// The BLAKE2b digest of `data` with an 8-byte output (Python's `hashlib.blake2b(data, digest_size=8)`).
 pub(crate) fn blake2b_64(data: &[u8]) -> [u8; 8] {
     let mut digest = [0u8; 8];
@@ -137,7 +150,7 @@ fn kept_lines(bytes: &[u8], max_chars: usize) -> impl Iterator<Item = ([u8; 16],
     bytes.split(|&b| b == b'\n').filter_map(move |line| {
         let normalized = normalize_bytes(line);
         (!normalized.is_empty() && normalized.len() <= max_chars)
-            .then(|| (hex16(blake2b_64(normalized.as_bytes())), normalized))
+            .then(|| (line_key(&normalized), normalized))
     })
 }
 

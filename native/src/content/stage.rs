@@ -452,10 +452,7 @@ fn norm_of(helpers: &Helpers, py: Python<'_>, work: &mut Work) -> PyResult<Strin
 }
 
 fn normalize(helpers: &Helpers, py: Python<'_>, text: &str) -> PyResult<String> {
-    match crate::text::normalized_ascii(text) {
-        Some(norm) => Ok(norm),
-        None => helpers.normalize.bind(py).call1((text,))?.extract(),
-    }
+    crate::text::normalized(text, helpers.normalize.bind(py))
 }
 
 /// Python's `round(x, 6)`.

@@ -394,7 +394,7 @@ class SourceStage:
             snapshot = snapshots.get(_SNAPSHOT_PREFIX + event.collection)
             known = snapshot.lines if snapshot is not None and snapshot.lines else None
             # The text's blocks, parsed once for its chunks and its lines.
-            parsed: list[str] | None = None
+            parsed: list[str] | None
             if event.chunks is None and not has_markup(event.content_type):
                 parsed, originals, plains = plain_chunks(
                     event.text or "", event.content_type, self._params.max_chunk_chars, known
