@@ -23,7 +23,13 @@
    during a run of several minutes. The throughput ratio is reported as measured and at the machine's speed of
    each window (scaled by how much longer the fixed work took than in the first window). Each window also records
    the CPU time of the thread that runs the engine and of the process's other threads (RocksDB's flushes and
-   compactions).
+   compactions), what the engine did (new texts joining their bands, candidate checks, as messages counted by
+   kind) and its state reads per stage (keys asked, keys found).
+4. ``--generator flat``: the growth run with the new 60% made of corpus words drawn at random instead of two real
+   half-chunks. With the halves, a new text shares a half with more earlier texts as the state grows, so its LSH
+   candidates (each checked against its record) grow with the state; drawn words leave the candidates per new text
+   flat, and what still grows is what the state's size costs. The target counts the default generator; this one
+   tells the two apart. Saved as ``growth_flat``.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import streamdedup
-from benchmarks.common import django_chunks, django_files, rss_bytes, save, time_stages
+from benchmarks.common import RESULTS, django_chunks, django_files, rss_bytes, save, time_stages
 from benchmarks.signatures import _bulk
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
@@ -223,7 +229,21 @@ def _fixed_work(engine: Engine, pool: list[str]) -> Callable[[], float]:
     return probe
 
 
-def _growth(workdir: Path, target: int) -> dict[str, Any]:
+def _counting_reads(store: RocksDBStore, reads: dict[str, list[int]]) -> None:
+    """Make ``store.get_many`` add the keys it is asked for and those it finds to ``reads[stage]``."""
+    get_many = store.get_many
+
+    def counted(stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
+        values = get_many(stage, partition, keys)
+        tally = reads.setdefault(stage, [0, 0])
+        tally[0] += len(keys)
+        tally[1] += len(values) - values.count(None)
+        return values
+
+    store.get_many = counted  # type: ignore[method-assign]
+
+
+def _growth(workdir: Path, target: int, generator: str = "halves") -> dict[str, Any]:
     rng = random.Random(7)
     pool = sorted({c for c in django_chunks() if len(c.split()) >= 8})
     vocabulary = sorted({w for c in pool for w in c.split() if w.isalpha()})
@@ -232,8 +252,11 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
     fixed = 0.0
     engine = Engine(EngineParams())
     stage_seconds: collections.Counter[str] = collections.Counter()
-    time_stages(engine, stage_seconds)
-    store = RocksDBStore(workdir / "growth")
+    kinds: collections.Counter[type] = collections.Counter()
+    time_stages(engine, stage_seconds, lambda stage, batch: kinds.update(map(type, batch)))
+    store = RocksDBStore(workdir / f"growth-{generator}")
+    reads: dict[str, list[int]] = {}
+    _counting_reads(store, reads)
     runner = EmbeddedRunner(engine, store)
     windows = []
     done = 0
@@ -255,7 +278,12 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
                     text = _edit(rng, rng.choice(made), 1, vocabulary)
                 else:
                     a, b = rng.choice(pool).split(), rng.choice(pool).split()
-                    text = _edit(rng, " ".join(a[: len(a) // 2] + b[len(b) // 2 :]), 1, vocabulary)
+                    if generator == "flat":
+                        text = " ".join(
+                            rng.choice(vocabulary) for _ in range(len(a) // 2 + len(b) - len(b) // 2)
+                        )
+                    else:
+                        text = _edit(rng, " ".join(a[: len(a) // 2] + b[len(b) // 2 :]), 1, vocabulary)
                 # A bounded reservoir of earlier chunks, so the generator's memory does not grow with the state.
                 if len(made) < 50_000:
                     made.append(text)
@@ -280,17 +308,26 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
             now = time.perf_counter()
             rate = (done - window_done) / (now - window_start)
             thread_cpu = time.thread_time() - thread_start
+            messages = {
+                kind.__name__: count for kind, count in sorted(kinds.items(), key=lambda k: k[0].__name__)
+            }
             windows.append(
                 {"chunks": done, "chunks_per_second": rate, "rss_bytes": rss_bytes(),
                  "stage_seconds": dict(stage_seconds), "fixed_work_seconds": fixed,
                  "engine_thread_cpu_seconds": thread_cpu,
-                 "background_cpu_seconds": time.process_time() - cpu_start - thread_cpu}
+                 "background_cpu_seconds": time.process_time() - cpu_start - thread_cpu,
+                 "messages": messages,
+                 "reads": {stage: {"keys": keys, "found": found} for stage, (keys, found) in sorted(reads.items())}}
             )  # fmt: skip
             stage_seconds.clear()
+            kinds.clear()
+            reads.clear()
+            joins = messages.get("BandJoin", 0)
             print(
                 f"  {done:>9,} chunks: {rate:8,.0f} chunks/s, RSS {rss_bytes() / 2**20:,.0f} MiB, "
                 f"fixed work {fixed:.3f} s, CPU {thread_cpu:.1f} s engine, "
-                f"{windows[-1]['background_cpu_seconds']:.1f} s background"
+                f"{windows[-1]['background_cpu_seconds']:.1f} s background, "
+                f"{messages.get('VerifyRequest', 0) / max(joins, 1):.2f} candidate checks a new text"
             )
             window_start, window_done, fixed = time.perf_counter(), done, 0.0
             cpu_start, thread_start = time.process_time(), time.thread_time()
@@ -300,6 +337,7 @@ def _growth(workdir: Path, target: int) -> dict[str, Any]:
     first, last = windows[0], windows[-1]
     return {
         "target": target,
+        "generator": generator,
         "windows": windows,
         "canonical": counters.chunks,
         "exact": counters.exact,
@@ -322,9 +360,21 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=3, help="interleaved runs of the Django engine and baselines"
     )
+    parser.add_argument(
+        "--generator",
+        choices=("halves", "flat"),
+        default="halves",
+        help="the growth run's new texts: two real half-chunks (the target's), or drawn words (flat candidates); "
+        "'flat' runs the growth alone and adds its result to the saved one",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="streamdedup-bench-"))
     try:
+        if args.generator == "flat":
+            saved = json.loads((RESULTS / "engine.json").read_text(encoding="utf-8"))
+            saved["growth_flat"] = _growth(workdir, args.scale, "flat")
+            save("engine", {key: value for key, value in saved.items() if key not in ("machine", "command")})
+            return
         django = _django_run(workdir, args.repeat)
         cli = _cli_run(workdir)
         growth = _growth(workdir, args.scale)

@@ -165,6 +165,8 @@ def _engine(lines: list[str]) -> None:
         *_growth_rows(windows),
         "![growth](benchmarks/engine-growth.png)\n",
         *_stage_growth(windows),
+        *_work_growth(windows),
+        *_flat_growth(result.get("growth_flat")),
         f"- Engine end to end / its own signature kernel alone: {ratio:.2f}.",
         *(
             [_target("engine end to end / datasketch bulk, Django", django["ratio_to_datasketch_bulk"], 1.0)]
@@ -284,6 +286,66 @@ def _stage_growth(windows: list[dict[str, Any]]) -> list[str]:
         *rows,
         "",
     ]
+
+
+def _work_growth(windows: list[dict[str, Any]]) -> list[str]:
+    """What the first and the last window did: new texts, candidate checks, and state reads per stage."""
+    first, last = windows[0], windows[-1]
+    if "messages" not in first:
+        return []
+
+    def checks(window: dict[str, Any]) -> float:
+        messages = window["messages"]
+        return float(messages.get("VerifyRequest", 0)) / max(messages.get("BandJoin", 0), 1)
+
+    rows = [
+        f"| new texts joining their bands (`BandJoin`) | {first['messages'].get('BandJoin', 0):,} | "
+        f"{last['messages'].get('BandJoin', 0):,} |",
+        f"| candidate checks (`VerifyRequest`) | {first['messages'].get('VerifyRequest', 0):,} | "
+        f"{last['messages'].get('VerifyRequest', 0):,} |",
+        f"| candidate checks a new text | {checks(first):.2f} | {checks(last):.2f} |",
+    ]
+    for stage in sorted(set(first["reads"]) | set(last["reads"])):
+        a = first["reads"].get(stage, {"keys": 0, "found": 0})
+        b = last["reads"].get(stage, {"keys": 0, "found": 0})
+        rows.append(
+            f"| {stage} state reads: keys asked (found) | {a['keys']:,} ({a['found']:,}) | "
+            f"{b['keys']:,} ({b['found']:,}) |"
+        )
+    return [
+        "What the first and the last window did:\n",
+        "| | first window | last window |",
+        "|---|---:|---:|",
+        *rows,
+        "",
+    ]
+
+
+def _flat_growth(flat: dict[str, Any] | None) -> list[str]:
+    """The growth run with drawn words as new texts (``--generator flat``), when it was run."""
+    if flat is None:
+        return []
+    windows = flat["windows"]
+    first, last = windows[0], windows[-1]
+    checks = [
+        w["messages"].get("VerifyRequest", 0) / max(w["messages"].get("BandJoin", 0), 1) for w in windows
+    ]
+    quiet = [w for w in windows[len(windows) // 2 :] if w["background_cpu_seconds"] < 1.0]
+    lines = [
+        f"The same run with the new texts made of drawn corpus words (`python -m benchmarks.engine --generator "
+        f"flat`), so that a new text's candidates do not grow with the state ({checks[0]:.2f} checks a new text in "
+        f"the first window, {checks[-1]:.2f} in the last): last window / first "
+        f"{last['chunks_per_second'] / first['chunks_per_second']:.2f} ({first['chunks_per_second']:,.0f} and "
+        f"{last['chunks_per_second']:,.0f} chunks/s), engine thread CPU {first['engine_thread_cpu_seconds']:.1f} "
+        f"and {last['engine_thread_cpu_seconds']:.1f} s.",
+    ]
+    if quiet:
+        best = max(w["chunks_per_second"] for w in quiet)
+        lines[-1] += (
+            f" Of the second half's windows, those with less than 1 s of background CPU (no compaction beside "
+            f"them) ran at up to {best / first['chunks_per_second']:.2f} of the first."
+        )
+    return [*lines, ""]
 
 
 def _target(name: str, value: float, target: float, fmt: str = ".2f", note: str = "") -> str:
