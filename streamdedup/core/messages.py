@@ -386,8 +386,7 @@ def route(message: Message) -> tuple[str, str]:
     if isinstance(message, (BandJoin, BandLeave)):
         return "band", message.band_keys[0]
     if isinstance(message, SourceRefs):
-        refs = unpack_refs(message)
-        return "content", content_id(refs[0].content_hash) if refs else ""
+        return "content", content_id(_REFS.decode(message.refs)[0][0]) if message.refs else ""
     stage, attribute = _ROUTES[type(message)]
     key: str = getattr(message, attribute)
     return stage, content_id(key) if stage == "content" else key

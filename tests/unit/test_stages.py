@@ -24,6 +24,7 @@ from streamdedup.core.messages import (
     SourceStatuses,
     VerifyRequest,
     content_id,
+    route,
     split,
     split_refs_in_python,
     unpack_refs,
@@ -334,6 +335,9 @@ def test_a_reference_list_is_split_by_content_partition_as_the_python_splits_it(
             assert partition_for(content_id(ref.content_hash), partitions) == partition
             seen.append(ref)
     assert sorted(seen, key=lambda r: r.content_hash) == unpack_refs(message)
+    # A whole list is routed to the content stage by its first content's id, as its first part is delivered.
+    first = unpack_refs(message)
+    assert route(message) == ("content", content_id(first[0].content_hash) if first else "")
 
 
 _PLAIN_TEXT = st.text(st.sampled_from("ab É.!?…。,:\n\n\r\t\x0b\x1c\u00a0\u3000"), max_size=80)
