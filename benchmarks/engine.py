@@ -29,7 +29,8 @@
    half-chunks. With the halves, a new text shares a half with more earlier texts as the state grows, so its LSH
    candidates (each checked against its record) grow with the state; drawn words leave the candidates per new text
    flat, and what still grows is what the state's size costs. The target counts the default generator; this one
-   tells the two apart. Saved as ``growth_flat``.
+   tells the two apart. Saved as ``growth_flat`` beside a full run's results (it needs one; the next full run
+   replaces them whole).
 """
 
 from __future__ import annotations
@@ -49,7 +50,15 @@ from pathlib import Path
 from typing import Any
 
 import streamdedup
-from benchmarks.common import RESULTS, django_chunks, django_files, rss_bytes, save, time_stages
+from benchmarks.common import (
+    RESULTS,
+    checks_per_new_text,
+    django_chunks,
+    django_files,
+    rss_bytes,
+    save,
+    time_stages,
+)
 from benchmarks.signatures import _bulk
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
@@ -322,12 +331,11 @@ def _growth(workdir: Path, target: int, generator: str = "halves") -> dict[str, 
             stage_seconds.clear()
             kinds.clear()
             reads.clear()
-            joins = messages.get("BandJoin", 0)
             print(
                 f"  {done:>9,} chunks: {rate:8,.0f} chunks/s, RSS {rss_bytes() / 2**20:,.0f} MiB, "
                 f"fixed work {fixed:.3f} s, CPU {thread_cpu:.1f} s engine, "
                 f"{windows[-1]['background_cpu_seconds']:.1f} s background, "
-                f"{messages.get('VerifyRequest', 0) / max(joins, 1):.2f} candidate checks a new text"
+                f"{checks_per_new_text(messages):.2f} candidate checks a new text"
             )
             window_start, window_done, fixed = time.perf_counter(), done, 0.0
             cpu_start, thread_start = time.process_time(), time.thread_time()
@@ -371,7 +379,12 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="streamdedup-bench-"))
     try:
         if args.generator == "flat":
-            saved = json.loads((RESULTS / "engine.json").read_text(encoding="utf-8"))
+            saved_path = RESULTS / "engine.json"
+            if not saved_path.is_file():
+                parser.error(
+                    "--generator flat adds to a full run's results: run 'python -m benchmarks.engine' first"
+                )
+            saved = json.loads(saved_path.read_text(encoding="utf-8"))
             saved["growth_flat"] = _growth(workdir, args.scale, "flat")
             save("engine", {key: value for key, value in saved.items() if key not in ("machine", "command")})
             return

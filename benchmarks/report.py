@@ -11,6 +11,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from benchmarks.common import checks_per_new_text
+
 RESULTS = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PLOTS = DOCS / "benchmarks"
@@ -294,16 +296,13 @@ def _work_growth(windows: list[dict[str, Any]]) -> list[str]:
     if "messages" not in first:
         return []
 
-    def checks(window: dict[str, Any]) -> float:
-        messages = window["messages"]
-        return float(messages.get("VerifyRequest", 0)) / max(messages.get("BandJoin", 0), 1)
-
     rows = [
         f"| new texts joining their bands (`BandJoin`) | {first['messages'].get('BandJoin', 0):,} | "
         f"{last['messages'].get('BandJoin', 0):,} |",
         f"| candidate checks (`VerifyRequest`) | {first['messages'].get('VerifyRequest', 0):,} | "
         f"{last['messages'].get('VerifyRequest', 0):,} |",
-        f"| candidate checks a new text | {checks(first):.2f} | {checks(last):.2f} |",
+        f"| candidate checks a new text | {checks_per_new_text(first['messages']):.2f} | "
+        f"{checks_per_new_text(last['messages']):.2f} |",
     ]
     for stage in sorted(set(first["reads"]) | set(last["reads"])):
         a = first["reads"].get(stage, {"keys": 0, "found": 0})
@@ -327,9 +326,7 @@ def _flat_growth(flat: dict[str, Any] | None) -> list[str]:
         return []
     windows = flat["windows"]
     first, last = windows[0], windows[-1]
-    checks = [
-        w["messages"].get("VerifyRequest", 0) / max(w["messages"].get("BandJoin", 0), 1) for w in windows
-    ]
+    checks = [checks_per_new_text(w["messages"]) for w in windows]
     quiet = [w for w in windows[len(windows) // 2 :] if w["background_cpu_seconds"] < 1.0]
     lines = [
         f"The same run with the new texts made of drawn corpus words (`python -m benchmarks.engine --generator "
