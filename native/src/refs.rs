@@ -16,7 +16,7 @@ use pyo3::types::PyBytes;
 use sha2::{Digest, Sha256};
 
 use crate::content::mp::{Reader, Result as MpResult, Writer};
-use crate::content::stage::CONTENT_ID_CHARS;
+use crate::content::stage::content_id;
 
 /// One entry of a packed list, borrowed from it.
 pub(crate) struct PackedRef<'a> {
@@ -115,11 +115,7 @@ fn content_partition(content_hash: &str, partitions: usize) -> usize {
     if partitions <= 1 {
         return 0;
     }
-    let id = match content_hash.char_indices().nth(CONTENT_ID_CHARS) {
-        Some((end, _)) => &content_hash[..end],
-        None => content_hash,
-    };
-    crate::positive_murmur2(id.as_bytes()) as usize % partitions
+    crate::positive_murmur2(content_id(content_hash).as_bytes()) as usize % partitions
 }
 
 /// split_refs(refs, partitions)

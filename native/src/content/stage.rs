@@ -26,8 +26,16 @@ use crate::mapping::{pack_told, Told};
 
 pub const CONTENT_ID_CHARS: usize = 16;
 
-fn content_id(h: &str) -> &str {
-    h.get(..CONTENT_ID_CHARS).unwrap_or(h)
+/// A content's id: the first `CONTENT_ID_CHARS` characters of its hash (`messages.content_id`).
+pub(crate) fn content_id(h: &str) -> &str {
+    match h.as_bytes().get(..CONTENT_ID_CHARS) {
+        Some(head) if head.is_ascii() => &h[..CONTENT_ID_CHARS],
+        Some(_) => h
+            .char_indices()
+            .nth(CONTENT_ID_CHARS)
+            .map_or(h, |(end, _)| &h[..end]),
+        None => h,
+    }
 }
 
 fn joined(parts: &[&str]) -> String {
