@@ -437,7 +437,7 @@ struct Batch<'a, 'py> {
     out: Vec<Bound<'py, PyAny>>,
     refs: HashMap<String, Option<RefEntry>>,
     refs_dirty: BTreeSet<String>,
-    shingles: HashMap<String, Rc<Vec<String>>>,
+    shingles: HashMap<String, Rc<Shingles>>,
     facts: HashMap<String, Rc<Vec<String>>>,
     /// What the batch tells each source, sent as one `SourceStatuses` a source when it ends.
     told: BTreeMap<String, Vec<Told>>,
@@ -572,22 +572,11 @@ impl<'a, 'py> Batch<'a, 'py> {
 
     // -- texts ---------------------------------------------------------------------------------------------------
 
-    fn shingles(&mut self, norm: &str) -> Rc<Vec<String>> {
+    fn shingles(&mut self, norm: &str) -> Rc<Shingles> {
         if let Some(found) = self.shingles.get(norm) {
             return found.clone();
         }
-        let tokens: Vec<&str> = norm.split(' ').filter(|t| !t.is_empty()).collect();
-        let size = self.params.shingle_size;
-        let mut set: Vec<String> = if tokens.is_empty() {
-            Vec::new()
-        } else if tokens.len() <= size {
-            vec![tokens.join(" ")]
-        } else {
-            tokens.windows(size).map(|w| w.join(" ")).collect()
-        };
-        set.sort_unstable();
-        set.dedup();
-        let set = Rc::new(set);
+        let set = Rc::new(Shingles::new(norm, self.params.shingle_size));
         self.shingles.insert(norm.to_owned(), set.clone());
         set
     }
@@ -1442,14 +1431,60 @@ fn forget(work: &mut Work, other: &str, seq: Option<i64>) {
     work.new_neighbors.remove(other);
 }
 
-/// The exact Jaccard of two sorted, distinct shingle lists (1.0 for two empty ones).
-fn jaccard(a: &[String], b: &[String]) -> f64 {
-    if a.is_empty() && b.is_empty() {
+/// A text's distinct word shingles (`shingle_size` words joined by a space; the whole text when it has fewer
+/// words, none when it has none), each a span of the text's words joined by single spaces, in byte order.
+pub(crate) struct Shingles {
+    words: String,
+    spans: Vec<(u32, u32)>,
+}
+
+impl Shingles {
+    fn new(norm: &str, size: usize) -> Self {
+        let mut words = String::with_capacity(norm.len());
+        let mut bounds: Vec<(u32, u32)> = Vec::new();
+        for token in norm.split(' ').filter(|t| !t.is_empty()) {
+            if !words.is_empty() {
+                words.push(' ');
+            }
+            let start = words.len() as u32;
+            words.push_str(token);
+            bounds.push((start, words.len() as u32));
+        }
+        let mut spans: Vec<(u32, u32)> = if bounds.is_empty() {
+            Vec::new()
+        } else if bounds.len() <= size {
+            vec![(0, words.len() as u32)]
+        } else {
+            bounds
+                .windows(size)
+                .map(|w| (w[0].0, w[size - 1].1))
+                .collect()
+        };
+        let bytes = words.as_bytes();
+        let text = |&(a, b): &(u32, u32)| &bytes[a as usize..b as usize];
+        spans.sort_unstable_by(|x, y| text(x).cmp(text(y)));
+        spans.dedup_by(|x, y| text(x) == text(y));
+        Shingles { words, spans }
+    }
+
+    fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    fn at(&self, i: usize) -> &[u8] {
+        let (a, b) = self.spans[i];
+        &self.words.as_bytes()[a as usize..b as usize]
+    }
+}
+
+/// The exact Jaccard of two shingle sets (1.0 for two empty ones).
+fn jaccard(a: &Shingles, b: &Shingles) -> f64 {
+    if a.len() == 0 && b.len() == 0 {
         return 1.0;
     }
     let (mut i, mut j, mut inter) = (0, 0, 0usize);
     while i < a.len() && j < b.len() {
-        match a[i].cmp(&b[j]) {
+        match a.at(i).cmp(b.at(j)) {
             std::cmp::Ordering::Less => i += 1,
             std::cmp::Ordering::Greater => j += 1,
             std::cmp::Ordering::Equal => {
