@@ -21,6 +21,22 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// `mi_option_purge_decommits` (`mimalloc.h`, the v3 that libmimalloc-sys builds).
+const MI_OPTION_PURGE_DECOMMITS: libmimalloc_sys::mi_option_t = 5;
+
+/// Let mimalloc purge freed memory with `MADV_FREE` instead of `MADV_DONTNEED` (unless `MIMALLOC_PURGE_DECOMMITS`
+/// says otherwise). mimalloc purges memory left free for a second; with `MADV_DONTNEED` the next batch that needs it
+/// faults every page in again, zeroed. With `MADV_FREE` the system takes the pages back only when it is short of
+/// memory, and until then they are reused as they are. The Django docs in one process: 7.30-7.99 against 8.11-8.16 s
+/// (four alternated runs each), 120,000 fewer page faults. The pages kept count in the resident size until the
+/// system reclaims them (the same run's peak: 1.41 against 1.05-1.11 GB).
+fn keep_purged_pages() {
+    if std::env::var_os("MIMALLOC_PURGE_DECOMMITS").is_none() {
+        // SAFETY: sets one of mimalloc's options, which it reads at each purge.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DECOMMITS, 0) };
+    }
+}
+
 mod bands;
 mod batch;
 mod chunks;
@@ -522,6 +538,7 @@ pub(crate) fn band_keys(hashes: &[u64]) -> Vec<String> {
 
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    keep_purged_pages();
     module.add_class::<Scheme>()?;
     module.add_class::<content::stage::ContentKernel>()?;
     module.add_function(wrap_pyfunction!(signatures, module)?)?;
