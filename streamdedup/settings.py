@@ -16,7 +16,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from streamdedup.codec import DEFAULT_LIMITS, EventLimits
-from streamdedup.core.params import EngineParams
+from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
 from streamdedup.errors import ConfigurationError
 
 __all__ = ["Settings"]
@@ -128,6 +128,12 @@ class Settings(BaseSettings):
         description="Processes the embedded runner spreads the engine's partitions over; a state keeps its number.",
     )
     state_dir: Path | None = Field(None, description="Default state directory for run and inspect.")
+    state_cache_mb: int = Field(
+        DEFAULT_STATE_CACHE_MB,
+        ge=0,
+        description="Megabytes of the content stage's records a process keeps in memory after reading or writing them "
+        "(0: none); `run --workers N` gives each worker an Nth.",
+    )
     folder_acl: Annotated[tuple[str, ...], NoDecode] = Field(
         ("*",), description="ACL of folder files without a sidecar <file>.acl.json, comma-separated."
     )

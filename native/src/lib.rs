@@ -39,6 +39,7 @@ fn keep_purged_pages() {
 
 mod bands;
 mod batch;
+mod cache;
 mod chunks;
 mod content;
 mod json;
@@ -540,6 +541,7 @@ pub(crate) fn band_keys(hashes: &[u64]) -> Vec<String> {
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     keep_purged_pages();
     module.add_class::<Scheme>()?;
+    module.add_class::<cache::RecordCache>()?;
     module.add_class::<content::stage::ContentKernel>()?;
     module.add_function(wrap_pyfunction!(signatures, module)?)?;
     module.add_function(wrap_pyfunction!(band_hashes, module)?)?;

@@ -23,7 +23,9 @@ __all__ = ["worker_command"]
 def worker_command(settings: Settings, loglevel: str) -> None:
     """Create the topics, check the engine parameters, and run the Faust worker until it is stopped."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    stores = PartitionStores.of_worker(settings.data_dir, settings.engine_params())
+    stores = PartitionStores.of_worker(
+        settings.data_dir, settings.engine_params(), state_cache_mb=settings.state_cache_mb
+    )
     stores.open_found()
     try:
         with collector_paused(freeze=True):

@@ -1,5 +1,5 @@
 # The package's Rust extension (native/src/lib.rs): the compiled kernels of the engine.
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 class Scheme:
@@ -26,6 +26,29 @@ def fill_write_batch(
     prefix: bytes,
     writes: dict[str, bytes | None],
 ) -> None: ...
+
+class RecordCache:
+    def __init__(self, capacity: int) -> None: ...
+    def get_many(
+        self,
+        ns: bytes,
+        skip: int,
+        keys: list[str],
+        fetch: Callable[..., Any],
+        chunk: int,
+    ) -> list[bytes | None]: ...
+    def update(
+        self, ns: bytes, writes: Mapping[str, bytes | None] | Mapping[bytes, bytes | None]
+    ) -> None: ...
+    def discard(self, ns: bytes) -> None: ...
+    @property
+    def used(self) -> int: ...
+    @property
+    def capacity(self) -> int: ...
+    @property
+    def counts(self) -> tuple[int, int]: ...
+    def __len__(self) -> int: ...
+
 def normalize_ascii(text: str) -> str | None: ...
 def line_hashes(text: str, max_chars: int) -> list[tuple[str, str]] | None: ...
 def line_update(

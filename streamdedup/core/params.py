@@ -18,6 +18,7 @@ from typing import Any
 from streamdedup.errors import ConfigurationError
 
 __all__ = [
+    "DEFAULT_STATE_CACHE_MB",
     "POLICY_CRITERIA",
     "EngineParams",
     "candidate_probability",
@@ -32,6 +33,10 @@ POLICY_CRITERIA = ("authority", "modified_at", "length", "source_id")
 
 #: Version of the state layout and of the normalization, shingle-hash and band-key functions.
 STATE_FORMAT = 10
+
+#: Megabytes of the content stage's records a process keeps in memory in front of its RocksDB state
+#: (``STREAMDEDUP_STATE_CACHE_MB``; ``streamdedup.store.rocksdb`` says why).
+DEFAULT_STATE_CACHE_MB = 1024
 
 
 def describe_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> str | None:

@@ -17,7 +17,7 @@ from streamdedup.drivers.embedded import EmbeddedRunner, Origin, Runner
 from streamdedup.drivers.feeds import FeedItem
 from streamdedup.errors import ConfigurationError, InvalidEventError, StateError
 from streamdedup.settings import Settings
-from streamdedup.store.rocksdb import RocksDBStore, shard_count
+from streamdedup.store.rocksdb import RocksDBStore, record_cache, shard_count
 
 __all__ = ["SINK_META_KEY", "FileSink", "JsonlFeed", "Line", "opened_state", "read_events", "read_lines"]
 
@@ -155,6 +155,7 @@ def _open_runner(settings: Settings, state: Path) -> tuple[Runner, Callable[[], 
             state,
             workers=settings.workers,
             fault_source_id=settings.fault_source_id,
+            state_cache_mb=settings.state_cache_mb,
         )
         return parallel, parallel.close
     workers = shard_count(state)
@@ -162,7 +163,7 @@ def _open_runner(settings: Settings, state: Path) -> tuple[Runner, Callable[[], 
         raise StateError(
             f"the state at {state} is spread over {workers} worker processes; run it with --workers {workers}"
         )
-    store = RocksDBStore(state)
+    store = RocksDBStore(state, records=record_cache(settings.state_cache_mb))
     try:
         engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
         return EmbeddedRunner(engine, store, where=str(state)), store.close

@@ -46,12 +46,12 @@ from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output, router
 from streamdedup.core.model import InputEvent
-from streamdedup.core.params import EngineParams
+from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
 from streamdedup.drivers.collector import BatchCollector
 from streamdedup.drivers.embedded import COUNTERS_KEY, Origin, RunCounters, Runner, Sink
 from streamdedup.errors import StateError
 from streamdedup.store.base import VIEW_FAMILY, Transaction, check_params
-from streamdedup.store.rocksdb import RocksDBStore, shard_count
+from streamdedup.store.rocksdb import RocksDBStore, record_cache, shard_count
 
 __all__ = ["ParallelRunner"]
 
@@ -100,6 +100,7 @@ class ParallelRunner(Runner):
         *,
         workers: int,
         fault_source_id: str | None = None,
+        state_cache_mb: int = DEFAULT_STATE_CACHE_MB,
     ) -> None:
         if workers < 2:
             raise ValueError("a parallel run needs at least two workers")
@@ -130,10 +131,18 @@ class ParallelRunner(Runner):
                     self._processes.append(process)
                     self._conns.append(Connection(ours.detach()))
                 self._conns[-1].send(
-                    (index, workers, state / f"shard-{index}", params, fault_source_id, where)
+                    (
+                        index,
+                        workers,
+                        state / f"shard-{index}",
+                        params,
+                        fault_source_id,
+                        where,
+                        state_cache_mb // workers,
+                    ),
                 )
             self._gather(range(workers))  # each opened its store
-            self.store = RocksDBStore(state, families=("collection", VIEW_FAMILY))
+            self.store = RocksDBStore(state, families=("collection", VIEW_FAMILY), records=None)
         except BaseException:
             self._stop()
             raise
@@ -358,12 +367,12 @@ def _add(counters: RunCounters, added: dict[str, Any]) -> None:
 def _worker_main(conn: Connection) -> None:
     """A worker: one partition of the source, content and band stages, with a store of its own, at the driver's
     command."""
-    index, workers, path, params, fault_source_id, where = conn.recv()
+    index, workers, path, params, fault_source_id, where, state_cache_mb = conn.recv()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the workers when it is interrupted
     gc.disable()  # a batch's objects are freed by reference counting; see drivers.collector
     try:
         engine = Engine(params, fault_source_id=fault_source_id)
-        store = RocksDBStore(path)
+        store = RocksDBStore(path, records=record_cache(state_cache_mb))
     except Exception as exc:
         conn.send(("state", f"cannot open worker {index}'s state at {path}: {exc}"))
         return

@@ -7,17 +7,19 @@ A commit is one ``WriteBatch``: the state changes of a batch and its progress me
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import rocksdict
 
-from streamdedup.core._native import fill_write_batch
+from streamdedup.core._native import RecordCache, fill_write_batch
+from streamdedup.core.params import DEFAULT_STATE_CACHE_MB
 from streamdedup.errors import StateError
 from streamdedup.store.base import FAMILIES, Changes
 
-__all__ = ["RocksDBStore", "read_only", "refuse_shards", "shard_count"]
+__all__ = ["RocksDBStore", "read_only", "record_cache", "refuse_shards", "shard_count"]
 
 _META = "meta"
 
@@ -44,6 +46,23 @@ _ZSTD_LEVEL = 3
 _LEVELS = 7  # RocksDB's default number of levels
 _ZSTD_DICT_BYTES = 64 * 1024
 _ZSTD_TRAIN_BYTES = 16 * _ZSTD_DICT_BYTES
+
+
+# The content stage's keys are read through a record cache (`RecordCache`, `native/src/cache.rs`): the values a
+# process last read or wrote, bounded in bytes. The block cache does not keep a grown state's records: keys are
+# hashes, so each compaction rewrites the whole bottom level and the cached blocks go with their files. A record of
+# the content stage is read again when a later text is a copy or a candidate of it, a key of the others mostly not:
+# growth to 983,040 positions, last four windows, the content stage 2.9 instead of 3.6-3.8 s a window with 1 GiB
+# (its records, ids and references nearly all held); with the band, source and view stages' keys cached too, their
+# many writes took more time than their reads gave back, and a cache of every family was slower than none.
+_CACHED = frozenset({"content"})
+_SERIALS = itertools.count(1)  # a namespace per open store, in a record cache that stores may share
+_NAMESPACE_BYTES = 5  # a store's number (4 bytes) and its family's (1), before a partition's address
+
+
+def record_cache(megabytes: int = DEFAULT_STATE_CACHE_MB) -> RecordCache | None:
+    """Return a record cache of ``megabytes`` for one or more stores to share, or None for 0."""
+    return RecordCache(megabytes * 1024 * 1024) if megabytes > 0 else None
 
 
 @functools.cache
@@ -174,12 +193,20 @@ def read_only(state: Path, families: Sequence[str]) -> Iterator[rocksdict.Rdict]
         rdict.close()
 
 
+class _Own:
+    """The type of :data:`_OWN`."""
+
+
+_OWN = _Own()  # a store's default: a record cache of its own, of the default size
+
+
 class RocksDBStore:
     """Stage state in a RocksDB database under ``path``.
 
     ``families`` are the keyed families it holds (every stage's and the view's by default; a worker's partition
-    store holds its stage's alone); ``cache`` is a block cache to share with other stores, ``write_buffer_bytes``
-    the memtable size of each family.
+    store holds its stage's alone); ``cache`` is a block cache to share with other stores, ``records`` a record
+    cache (:func:`record_cache`; by default one of its own, None for none), ``write_buffer_bytes`` the memtable size
+    of each family.
     """
 
     def __init__(
@@ -188,6 +215,7 @@ class RocksDBStore:
         *,
         families: tuple[str, ...] = FAMILIES,
         cache: rocksdict.Cache | None = None,
+        records: RecordCache | _Own | None = _OWN,
         write_buffer_bytes: int | None = None,
     ) -> None:
         self.path = Path(path)
@@ -203,6 +231,11 @@ class RocksDBStore:
             raise StateError(f"cannot open the state at {self.path}: {exc}") from exc
         self._families = {name: self._db.get_column_family(name) for name in names}
         self._handles = {name: self._db.get_column_family_handle(name) for name in names}
+        own = record_cache() if isinstance(records, _Own) else records
+        # The record cache of each family that reads through one, and the namespaces of this store's keys in it.
+        self._records = {name: own for name in names if name in _CACHED and own is not None}
+        self._serial = next(_SERIALS).to_bytes(4, "big")
+        self._namespaces = {name: self._serial + bytes([i]) for i, name in enumerate(names)}
         self._closed = False
 
     def _family(self, name: str) -> rocksdict.Rdict:
@@ -220,8 +253,17 @@ class RocksDBStore:
 
     def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
         """Return the values of many keys of a stage partition, in order, with one multi-get."""
-        prefix = _prefix(partition)
         family = self._family(stage)
+        records = self._records.get(stage)
+        if records is not None:
+            return records.get_many(
+                self._namespaces[stage] + _prefix(partition),
+                _NAMESPACE_BYTES,
+                keys,
+                family.get,
+                _MULTI_GET_KEYS,
+            )
+        prefix = _prefix(partition)
         addresses: list[str | int | float | bytes | bool] = [prefix + key.encode() for key in keys]
         # In raw mode a multi-get returns a new list of bytes and None: nothing to convert.
         if len(addresses) <= _MULTI_GET_KEYS:
@@ -260,6 +302,11 @@ class RocksDBStore:
         for key, value in meta.items():
             batch.put(key.encode("utf-8"), value, self._handles[_META])
         self._db.write(batch)
+        for (stage, partition), writes in changes.items():
+            group = writes if isinstance(writes, dict) else dict(writes)
+            records = self._records.get(stage)
+            if records is not None:
+                records.update(self._namespaces[stage] + _prefix(partition), group)
 
     def commit_raw(
         self, stage: str, partition: int, writes: Mapping[bytes, bytes | None], meta: Mapping[str, bytes]
@@ -277,6 +324,11 @@ class RocksDBStore:
         for name, value in meta.items():
             batch.put(name.encode("utf-8"), value, self._handles[_META])
         self._db.write(batch)
+        records = self._records.get(stage)
+        if records is not None:
+            records.update(
+                self._namespaces[stage] + prefix, writes if isinstance(writes, dict) else dict(writes)
+            )
 
     def keys(self, stage: str) -> list[tuple[int, str]]:
         """Return the (partition, key) pairs of a stage, in key order."""
@@ -293,6 +345,9 @@ class RocksDBStore:
         if self._closed:
             return
         self._closed = True
+        for records in set(self._records.values()):
+            records.discard(self._serial)
+        self._records.clear()
         # Closing a family flushes its memtable and waits for it. Asked for all at once first, the flushes run side
         # by side on RocksDB's background threads instead of one after another (80-90 ms of a 10,000-position run).
         for family in self._families.values():

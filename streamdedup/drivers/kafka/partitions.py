@@ -29,11 +29,12 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from streamdedup.core.params import EngineParams
+from streamdedup.core._native import RecordCache
+from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
 from streamdedup.drivers.kafka.changelog import AppliedCall, Replay
 from streamdedup.errors import StateError
 from streamdedup.store.base import Changes, Transaction, check_params
-from streamdedup.store.rocksdb import RocksDBStore, shared_cache
+from streamdedup.store.rocksdb import RocksDBStore, record_cache, shared_cache
 
 __all__ = ["PartitionStore", "PartitionStores", "RecoveryReport", "recover"]
 
@@ -53,14 +54,20 @@ def _offset(raw: bytes | None) -> int:
 class PartitionStore:
     """The state of one stage partition on this worker, with its applied input and changelog offsets."""
 
-    def __init__(self, root: Path, stage: str, partition: int, params: EngineParams) -> None:
-        self.stage, self.partition, self.params = stage, partition, params
+    def __init__(
+        self, root: Path, stage: str, partition: int, params: EngineParams, records: RecordCache | None = None
+    ) -> None:
+        self.stage, self.partition, self.params, self.records = stage, partition, params, records
         self.path = root / f"{stage}-{partition}"
         self._open()
 
     def _open(self) -> None:
         self.store = RocksDBStore(
-            self.path, families=(self.stage,), cache=shared_cache(), write_buffer_bytes=_WRITE_BUFFER_BYTES
+            self.path,
+            families=(self.stage,),
+            cache=shared_cache(),
+            records=self.records,
+            write_buffer_bytes=_WRITE_BUFFER_BYTES,
         )
         check_params(self.store, self.params, where=str(self.path))
         self.applied = _offset(self.store.get_meta(APPLIED_KEY))
@@ -126,8 +133,11 @@ class PartitionStores:
     on first use, and metadata to a store of the worker's own.
     """
 
-    def __init__(self, root: Path, params: EngineParams) -> None:
+    def __init__(
+        self, root: Path, params: EngineParams, *, state_cache_mb: int = DEFAULT_STATE_CACHE_MB
+    ) -> None:
         self.root, self.params = root, params
+        self.records = record_cache(state_cache_mb)  # shared by the worker's partition stores
         self.partitions: dict[tuple[str, int], PartitionStore] = {}
         self._meta: RocksDBStore | None = None
         self._closed = False
@@ -135,9 +145,11 @@ class PartitionStores:
         self._found: dict[tuple[str, int], PartitionStore] = {}
 
     @classmethod
-    def of_worker(cls, data_dir: Path, params: EngineParams) -> PartitionStores:
+    def of_worker(
+        cls, data_dir: Path, params: EngineParams, *, state_cache_mb: int = DEFAULT_STATE_CACHE_MB
+    ) -> PartitionStores:
         """Return the partition stores of a worker whose data directory is ``data_dir`` (none opened yet)."""
-        return cls(Path(data_dir) / _STORES_DIR, params)
+        return cls(Path(data_dir) / _STORES_DIR, params, state_cache_mb=state_cache_mb)
 
     def open_found(self) -> None:
         """Start opening, in a thread, every partition store the data directory holds.
@@ -162,7 +174,9 @@ class PartitionStores:
     def _open_each(self, found: list[tuple[str, int]]) -> None:
         for stage, partition in found:
             try:
-                self._found[(stage, partition)] = PartitionStore(self.root, stage, partition, self.params)
+                self._found[(stage, partition)] = PartitionStore(
+                    self.root, stage, partition, self.params, self.records
+                )
             except Exception as exc:  # raised again when the partition is assigned
                 logger.debug("could not open %s-%d ahead of its assignment: %r", stage, partition, exc)
 
@@ -182,7 +196,7 @@ class PartitionStores:
         store = self.partitions.get((stage, partition))
         if store is None:
             store = self.partitions[(stage, partition)] = PartitionStore(
-                self.root, stage, partition, self.params
+                self.root, stage, partition, self.params, self.records
             )
         return store
 

@@ -112,7 +112,9 @@ class StageWorker(mode.Service):
         self.stores = (
             stores
             if stores is not None
-            else PartitionStores.of_worker(settings.data_dir, settings.engine_params())
+            else PartitionStores.of_worker(
+                settings.data_dir, settings.engine_params(), state_cache_mb=settings.state_cache_mb
+            )
         )
         self.root = self.stores.root
         self.recovering = True
