@@ -7,6 +7,7 @@ import random
 import pytest
 
 from streamdedup.codec import encode_output_line
+from streamdedup.core._native import RecordCache
 from streamdedup.core.messages import Output
 from streamdedup.core.model import DeleteEvent
 from streamdedup.core.view import View
@@ -14,7 +15,7 @@ from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
 from streamdedup.drivers.jsonl import SINK_META_KEY, FileSink, opened_state
 from streamdedup.settings import Settings
 from streamdedup.store.base import Transaction
-from streamdedup.store.rocksdb import RocksDBStore
+from streamdedup.store.rocksdb import RocksDBStore, record_cache
 from streamdedup.testing.feeds import random_feed
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, live_sources
@@ -38,6 +39,18 @@ def test_same_input_gives_byte_identical_output(engine, tmp_path):
         store.close()
         outputs.append(b"".join(encode_output_line(o) for o in produced))
     assert outputs[0] == outputs[1] and outputs[0]
+
+
+def test_output_is_the_same_whatever_the_record_cache_holds(engine, tmp_path):
+    # No record cache, one that holds a few records at a time (constant eviction), and the default.
+    events = random_feed(random.Random(21), sources=10, events=80)
+    outputs = []
+    for name, records in (("none", None), ("tiny", RecordCache(4_000)), ("default", record_cache())):
+        store = RocksDBStore(tmp_path / name, records=records)
+        produced, _ = _run(engine, store, events, batch=5)
+        store.close()
+        outputs.append(b"".join(encode_output_line(o) for o in produced))
+    assert outputs[0] and outputs[1] == outputs[0] and outputs[2] == outputs[0]
 
 
 def test_replaying_events_changes_nothing(engine):
