@@ -131,6 +131,7 @@ class Settings(BaseSettings):
     state_cache_mb: int = Field(
         DEFAULT_STATE_CACHE_MB,
         ge=0,
+        le=1024 * 1024,
         description="Megabytes of the content stage's records a process keeps in memory after reading or writing them "
         "(0: none); `run --workers N` gives each worker an Nth.",
     )

@@ -9,7 +9,8 @@
 //!
 //! It is written through: a store writes a commit to RocksDB first, then hands the same changes here, so that
 //! the cache never holds a value the store does not. A key is named by its store's namespace (a number per open
-//! store and a byte per family, which `discard` drops when the store closes) and its address in the family.
+//! store and a byte per family) and its address in the family. A closed store's entries are never read again; the
+//! least recently used go first, so they go before any live store's.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -41,6 +42,9 @@ struct Inner {
     capacity: usize,
     hits: u64,
     misses: u64,
+    /// How many `update` calls it has taken: a read that let go of the lock keeps what it read only if none came
+    /// meanwhile, since one may have written a newer value of the same key.
+    updates: u64,
 }
 
 fn cost(key: &[u8], value: &[u8]) -> usize {
@@ -91,6 +95,7 @@ impl RecordCache {
                 capacity,
                 hits: 0,
                 misses: 0,
+                updates: 0,
             }),
             capacity,
         }
@@ -113,6 +118,7 @@ impl RecordCache {
     ) -> PyResult<Bound<'py, PyList>> {
         let mut out: Vec<Bound<'py, PyAny>> = Vec::with_capacity(keys.len());
         let mut wanted: Vec<(usize, Box<[u8]>)> = Vec::new();
+        let updates;
         {
             let mut inner = self.inner();
             let mut name = ns.to_vec();
@@ -130,6 +136,7 @@ impl RecordCache {
             }
             inner.hits += (keys.len() - wanted.len()) as u64;
             inner.misses += wanted.len() as u64;
+            updates = inner.updates;
         }
         let mut wanted = wanted.into_iter();
         loop {
@@ -147,8 +154,9 @@ impl RecordCache {
             }
             let found: Vec<Bound<'py, PyAny>> = found.try_iter()?.collect::<PyResult<_>>()?;
             let mut inner = self.inner();
+            let keep = inner.updates == updates;
             for ((i, name), value) in part.into_iter().zip(found) {
-                if let Ok(bytes) = value.cast::<PyBytes>() {
+                if let (true, Ok(bytes)) = (keep, value.cast::<PyBytes>()) {
                     inner.insert(name, bytes.clone());
                 }
                 out[i] = value;
@@ -162,6 +170,7 @@ impl RecordCache {
     /// batches read most).
     fn update(&self, ns: &[u8], writes: &Bound<'_, PyDict>) -> PyResult<()> {
         let mut inner = self.inner();
+        inner.updates += 1;
         let mut name = ns.to_vec();
         for (key, value) in writes.iter() {
             name.truncate(ns.len());
@@ -175,20 +184,6 @@ impl RecordCache {
             }
         }
         Ok(())
-    }
-
-    /// Drop every entry whose name starts with `ns` (a store that closes).
-    fn discard(&self, ns: &[u8]) {
-        let mut inner = self.inner();
-        let names: Vec<Box<[u8]>> = inner
-            .entries
-            .iter()
-            .filter(|(name, _)| name.starts_with(ns))
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in names {
-            inner.remove(&name);
-        }
     }
 
     /// The bytes the entries are counted at.

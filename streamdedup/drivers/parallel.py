@@ -138,7 +138,7 @@ class ParallelRunner(Runner):
                         params,
                         fault_source_id,
                         where,
-                        state_cache_mb // workers,
+                        state_cache_mb and max(1, state_cache_mb // workers),  # 0 stays none
                     ),
                 )
             self._gather(range(workers))  # each opened its store
