@@ -69,6 +69,13 @@ def test_produce_tail_and_materialize_commands(deployment, engine, tmp_path: Pat
     assert samples['streamdedup_merges_total{kind="exact"}'] >= 1
     near = samples.get('streamdedup_merges_total{kind="near"}', 0)
     assert near + samples["streamdedup_canonical_changes_total"] >= 1
+    # The content stage's partition stores read through the worker's record cache, which reports itself.
+    assert samples["streamdedup_state_cache_bytes"] > 0
+    assert samples["streamdedup_state_cache_capacity_bytes"] == 1024 * 1024 * 1024
+    cache_reads = [
+        samples[f'streamdedup_state_cache_reads_total{{from="{where}"}}'] for where in ("cache", "store")
+    ]
+    assert sum(cache_reads) > 0
 
 
 def folded(view: LocalView) -> View:

@@ -2,6 +2,7 @@
 
 import pytest
 
+from streamdedup.core._native import RecordCache
 from streamdedup.core.messages import BandJoin, Output, RefUpdate
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.drivers.kafka.metrics import Metrics
@@ -64,6 +65,25 @@ def test_metrics_count_merges_swaps_and_flags():
     assert 'streamdedup_outputs_total{topic="canonical-chunks"} 1.0' in text
     assert 'streamdedup_decisions_total{decision="keep_separate"} 1.0' in text
     assert 'streamdedup_decisions_total{decision="refused"} 1.0' in text
+
+
+def test_metrics_report_the_record_cache():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cache = RecordCache(1 << 20)
+    metrics = Metrics()
+    metrics.watch_state_cache(cache)
+    cache.update(b"ns", {"a": b"x" * 100})
+    cache.get_many(b"ns", 2, ["a", "b"], lambda addresses: [None] * len(addresses), 10)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for s in family.samples
+    }
+    assert samples[("streamdedup_state_cache_bytes", ())] == cache.used > 100
+    assert samples[("streamdedup_state_cache_capacity_bytes", ())] == 1 << 20
+    assert samples[("streamdedup_state_cache_reads_total", (("from", "cache"),))] == 1
+    assert samples[("streamdedup_state_cache_reads_total", (("from", "store"),))] == 1
 
 
 def test_the_worker_leaves_the_log_level_alone(tmp_path):

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from streamdedup.core.messages import Output
+
+if TYPE_CHECKING:
+    from streamdedup.core._native import RecordCache
 
 __all__ = ["Metrics"]
 
@@ -121,6 +127,39 @@ class Metrics:
             elif output.topic == "review":
                 self.flags.labels(value["reason"]).inc()
 
+    def watch_state_cache(self, cache: RecordCache) -> None:
+        """Report the record cache of the worker's partition stores (read when the metrics are)."""
+        self.registry.register(_StateCacheCollector(cache))
+
     def render(self) -> bytes:
         """Return the metrics in the Prometheus text format."""
         return generate_latest(self.registry)
+
+
+class _StateCacheCollector(Collector):
+    """The record cache's size and reads, as its own totals say at each scrape."""
+
+    def __init__(self, cache: RecordCache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        cache = self._cache
+        yield GaugeMetricFamily(
+            "streamdedup_state_cache_bytes",
+            "Bytes the record cache's entries are counted at.",
+            value=cache.used,
+        )
+        yield GaugeMetricFamily(
+            "streamdedup_state_cache_capacity_bytes",
+            "The record cache's bound (STATE_CACHE_MB).",
+            value=cache.capacity,
+        )
+        hits, misses = cache.counts
+        reads = CounterMetricFamily(
+            "streamdedup_state_cache_reads",
+            "Content-stage keys read through the record cache, by where they were found.",
+            labels=["from"],
+        )
+        reads.add_metric(["cache"], hits)
+        reads.add_metric(["store"], misses)
+        yield reads

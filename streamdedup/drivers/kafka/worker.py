@@ -116,6 +116,8 @@ class StageWorker(mode.Service):
                 settings.data_dir, settings.engine_params(), state_cache_mb=settings.state_cache_mb
             )
         )
+        if self.stores.records is not None:
+            metrics.watch_state_cache(self.stores.records)
         self.root = self.stores.root
         self.recovering = True
         self._lock = asyncio.Lock()
