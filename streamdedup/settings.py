@@ -133,7 +133,7 @@ class Settings(BaseSettings):
         ge=0,
         le=1024 * 1024,
         description="Megabytes of the content stage's records a process keeps in memory after reading or writing them "
-        "(0: none); `run --workers N` gives each worker an Nth.",
+        "(0: none); `run --workers N` gives each worker an Nth, at least 1.",
     )
     folder_acl: Annotated[tuple[str, ...], NoDecode] = Field(
         ("*",), description="ACL of folder files without a sidecar <file>.acl.json, comma-separated."
