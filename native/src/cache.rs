@@ -33,7 +33,6 @@ type Entries = LruCache<Box<[u8]>, (Py<PyBytes>, usize), FxBuildHasher>;
 #[pyclass(module = "streamdedup.core._native", frozen)]
 pub struct RecordCache {
     inner: Mutex<Inner>,
-    capacity: usize,
 }
 
 struct Inner {
@@ -97,7 +96,6 @@ impl RecordCache {
                 misses: 0,
                 updates: 0,
             }),
-            capacity,
         }
     }
 
@@ -195,7 +193,7 @@ impl RecordCache {
     /// The bound on `used`.
     #[getter]
     fn capacity(&self) -> usize {
-        self.capacity
+        self.inner().capacity
     }
 
     /// How many entries it holds.

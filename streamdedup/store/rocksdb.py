@@ -239,11 +239,15 @@ class RocksDBStore:
             raise StateError(f"cannot open the state at {self.path}: {exc}") from exc
         self._families = {name: self._db.get_column_family(name) for name in names}
         self._handles = {name: self._db.get_column_family_handle(name) for name in names}
-        own = record_cache() if isinstance(records, _Own) else records
-        # The record cache of each family that reads through one, and the namespaces of this store's keys in it.
-        self._records = {name: own for name in names if name in _CACHED and own is not None}
-        self._serial = next(_SERIALS).to_bytes(4, "big")
-        self._namespaces = {name: self._serial + bytes([i]) for i, name in enumerate(names)}
+        # Each family that reads through a record cache: the cache, and the namespace of this store's keys in it.
+        self._cached: dict[str, tuple[RecordCache, bytes]] = {}
+        if any(name in _CACHED for name in names):
+            shared = record_cache() if isinstance(records, _Own) else records
+            if shared is not None:
+                serial = next(_SERIALS).to_bytes(4, "big")
+                self._cached = {
+                    name: (shared, serial + bytes([i])) for i, name in enumerate(names) if name in _CACHED
+                }
         self._closed = False
 
     def _family(self, name: str) -> rocksdict.Rdict:
@@ -262,14 +266,11 @@ class RocksDBStore:
     def get_many(self, stage: str, partition: int, keys: list[str]) -> list[bytes | None]:
         """Return the values of many keys of a stage partition, in order, with one multi-get."""
         family = self._family(stage)
-        records = self._records.get(stage)
-        if records is not None:
+        cached = self._cached.get(stage)
+        if cached is not None:
+            records, namespace = cached
             return records.get_many(
-                self._namespaces[stage] + _prefix(partition),
-                _NAMESPACE_BYTES,
-                keys,
-                family.get,
-                _MULTI_GET_KEYS,
+                namespace + _prefix(partition), _NAMESPACE_BYTES, keys, family.get, _MULTI_GET_KEYS
             )
         prefix = _prefix(partition)
         addresses: list[str | int | float | bytes | bool] = [prefix + key.encode() for key in keys]
@@ -304,17 +305,18 @@ class RocksDBStore:
         """Write every change and metadata value in one ``WriteBatch``."""
         self._family(_META)
         batch = rocksdict.WriteBatch(raw_mode=True)
+        cached_groups = []
         for (stage, partition), writes in changes.items():
             group = writes if isinstance(writes, dict) else dict(writes)
             fill_write_batch(batch.put, batch.delete, self._handles[stage], _prefix(partition), group)
+            cached = self._cached.get(stage)
+            if cached is not None:
+                cached_groups.append((cached[0], cached[1] + _prefix(partition), group))
         for key, value in meta.items():
             batch.put(key.encode("utf-8"), value, self._handles[_META])
         self._db.write(batch)
-        for (stage, partition), writes in changes.items():
-            group = writes if isinstance(writes, dict) else dict(writes)
-            records = self._records.get(stage)
-            if records is not None:
-                records.update(self._namespaces[stage] + _prefix(partition), group)
+        for records, namespace, group in cached_groups:  # after the write: never a value the store lacks
+            records.update(namespace, group)
 
     def commit_raw(
         self, stage: str, partition: int, writes: Mapping[bytes, bytes | None], meta: Mapping[str, bytes]
@@ -332,11 +334,10 @@ class RocksDBStore:
         for name, value in meta.items():
             batch.put(name.encode("utf-8"), value, self._handles[_META])
         self._db.write(batch)
-        records = self._records.get(stage)
-        if records is not None:
-            records.update(
-                self._namespaces[stage] + prefix, writes if isinstance(writes, dict) else dict(writes)
-            )
+        cached = self._cached.get(stage)
+        if cached is not None:
+            records, namespace = cached
+            records.update(namespace + prefix, writes if isinstance(writes, dict) else dict(writes))
 
     def keys(self, stage: str) -> list[tuple[int, str]]:
         """Return the (partition, key) pairs of a stage, in key order."""
@@ -353,7 +354,7 @@ class RocksDBStore:
         if self._closed:
             return
         self._closed = True
-        self._records.clear()  # its entries in a shared cache are never read again, and are the first to go
+        self._cached.clear()  # its entries in a shared cache are never read again, and are the first to go
         # Closing a family flushes its memtable and waits for it. Asked for all at once first, the flushes run side
         # by side on RocksDB's background threads instead of one after another (80-90 ms of a 10,000-position run).
         for family in self._families.values():

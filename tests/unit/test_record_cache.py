@@ -175,7 +175,7 @@ def test_a_commit_from_another_thread_during_a_read_is_not_undone(tmp_path):
     thread = threading.Thread(target=writer)
     thread.start()
     try:
-        ns = store._namespaces["content"] + b"\0\0"
+        ns = store._cached["content"][1] + b"\0\0"
         assert cache.get_many(ns, SKIP, ["k"], slow_get, 10) == [b"old"]
         thread.join(60)
         assert store.get_many("content", 0, ["k"]) == [b"new"]
