@@ -158,10 +158,14 @@ def rss_bytes() -> int:
     return 0
 
 
-def save(name: str, result: dict[str, Any]) -> Path:
-    """Write a benchmark's result (with the machine and the command) to benchmarks/results/<name>.json."""
+def save(name: str, result: dict[str, Any], *, run: dict[str, Any] | None = None) -> Path:
+    """Write a benchmark's result (with the machine and the command) to benchmarks/results/<name>.json.
+
+    ``run`` keeps the machine and command of an earlier run whose results ``result`` extends.
+    """
     RESULTS.mkdir(exist_ok=True)
-    result = {"machine": machine(), "command": f"python -m benchmarks.{name}", **result}
+    run = run or {"machine": machine(), "command": f"python -m benchmarks.{name}"}
+    result = {"machine": run["machine"], "command": run["command"], **result}
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(result, indent=2))
     from benchmarks.report import write_report

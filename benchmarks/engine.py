@@ -31,6 +31,11 @@
    flat, and what still grows is what the state's size costs. The target counts the default generator; this one
    tells the two apart. Saved as ``growth_flat`` beside a full run's results (it needs one; the next full run
    replaces them whole).
+5. ``--datasketch-growth``: the growth run's feed (the default generator) through the loop a datasketch user
+   writes: new texts' ``MinHash.bulk`` signatures, an in-memory ``MinHashLSH`` query with the engine's bands and
+   rows, each candidate verified by the exact Jaccard of the shingle sets, insert; nothing persisted. Its last
+   window against its first says how much harder the feed itself gets as the state grows. Saved as
+   ``growth_datasketch`` beside a full run's results, like ``growth_flat``.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +60,7 @@ from benchmarks.common import (
     checks_per_new_text,
     django_chunks,
     django_files,
+    machine,
     rss_bytes,
     save,
     time_stages,
@@ -62,7 +68,9 @@ from benchmarks.common import (
 from benchmarks.signatures import _bulk
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
+from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
+from streamdedup.core.shingles import shingles
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.parallel import ParallelRunner
 from streamdedup.settings import Settings
@@ -252,31 +260,12 @@ def _counting_reads(store: RocksDBStore, reads: dict[str, list[int]]) -> None:
     store.get_many = counted  # type: ignore[method-assign]
 
 
-def _growth(workdir: Path, target: int, generator: str = "halves") -> dict[str, Any]:
+def _growth_feed(pool: list[str], vocabulary: list[str], generator: str) -> Iterator[list[tuple[str, ...]]]:
+    """Yield the growth run's batches: ``BATCH`` documents of ten chunks each, the same for the same arguments."""
     rng = random.Random(7)
-    pool = sorted({c for c in django_chunks() if len(c.split()) >= 8})
-    vocabulary = sorted({w for c in pool for w in c.split() if w.isalpha()})
-    probe = _fixed_work(Engine(EngineParams()), pool)
-    probe()  # its first run loads what later ones reuse
-    fixed = 0.0
-    engine = Engine(EngineParams())
-    stage_seconds: collections.Counter[str] = collections.Counter()
-    kinds: collections.Counter[type] = collections.Counter()
-    time_stages(engine, stage_seconds, lambda stage, batch: kinds.update(map(type, batch)))
-    store = RocksDBStore(workdir / f"growth-{generator}")
-    reads: dict[str, list[int]] = {}
-    _counting_reads(store, reads)
-    runner = EmbeddedRunner(engine, store)
-    windows = []
-    done = 0
-    doc = 0
-    window_start, window_done = time.perf_counter(), 0
-    # CPU time of the process's other threads (RocksDB's flushes and compactions) and of the thread that runs the
-    # engine, per window; the fixed work's own CPU time is left out of the latter.
-    cpu_start, thread_start = time.process_time(), time.thread_time()
     made: list[str] = []
-    while done < target:
-        events = []
+    while True:
+        batch = []
         for _ in range(BATCH):
             chunks = []
             for _ in range(10):
@@ -299,10 +288,42 @@ def _growth(workdir: Path, target: int, generator: str = "halves") -> dict[str, 
                 else:
                     made[rng.randrange(50_000)] = text
                 chunks.append(text)
+            batch.append(tuple(chunks))
+        yield batch
+
+
+def _growth_corpus() -> tuple[list[str], list[str]]:
+    """The growth run's pool of real chunks (eight words or more) and the words its edits draw from."""
+    pool = sorted({c for c in django_chunks() if len(c.split()) >= 8})
+    return pool, sorted({w for c in pool for w in c.split() if w.isalpha()})
+
+
+def _growth(workdir: Path, target: int, generator: str = "halves") -> dict[str, Any]:
+    pool, vocabulary = _growth_corpus()
+    probe = _fixed_work(Engine(EngineParams()), pool)
+    probe()  # its first run loads what later ones reuse
+    fixed = 0.0
+    engine = Engine(EngineParams())
+    stage_seconds: collections.Counter[str] = collections.Counter()
+    kinds: collections.Counter[type] = collections.Counter()
+    time_stages(engine, stage_seconds, lambda stage, batch: kinds.update(map(type, batch)))
+    store = RocksDBStore(workdir / f"growth-{generator}")
+    reads: dict[str, list[int]] = {}
+    _counting_reads(store, reads)
+    runner = EmbeddedRunner(engine, store)
+    windows = []
+    done = 0
+    doc = 0
+    window_start, window_done = time.perf_counter(), 0
+    # CPU time of the process's other threads (RocksDB's flushes and compactions) and of the thread that runs the
+    # engine, per window; the fixed work's own CPU time is left out of the latter.
+    cpu_start, thread_start = time.process_time(), time.thread_time()
+    feed = _growth_feed(pool, vocabulary, generator)
+    while done < target:
+        events = []
+        for chunks in next(feed):
             attrs = SourceAttrs(acl=("*",), modified_at=1_700_000_000_000_000 + doc)
-            events.append(
-                UpsertEvent(source_id=f"doc-{doc:08d}", version=1, attrs=attrs, chunks=tuple(chunks))
-            )
+            events.append(UpsertEvent(source_id=f"doc-{doc:08d}", version=1, attrs=attrs, chunks=chunks))
             doc += 1
         runner.process(events, _discard)
         done += 10 * len(events)
@@ -362,6 +383,75 @@ def _growth(workdir: Path, target: int, generator: str = "halves") -> dict[str, 
     }
 
 
+def _datasketch_growth(target: int) -> dict[str, Any]:
+    """The growth run's feed through the loop a datasketch user writes, timed per window like the engine's.
+
+    Each batch's texts are normalized as the engine normalizes them; texts seen before are skipped (a set of
+    them), the new ones get ``MinHash.bulk`` signatures, each queries an in-memory ``MinHashLSH`` with the
+    engine's bands and rows, has every candidate verified by the exact Jaccard of the two shingle sets (as the
+    engine verifies every candidate), and is inserted. Nothing is persisted and no output is made.
+    """
+    from datasketch import MinHash, MinHashLSH
+
+    params = EngineParams()
+    pool, vocabulary = _growth_corpus()
+    lsh = MinHashLSH(num_perm=params.num_perm, params=(params.bands, params.rows))
+    shingle_sets: dict[str, frozenset[str]] = {}
+    seconds: dict[str, float] = collections.defaultdict(float)
+    windows: list[dict[str, Any]] = []
+    done = window_done = new_texts = checks = above = 0
+    window_start = time.perf_counter()
+    feed = _growth_feed(pool, vocabulary, "halves")
+    while done < target:
+        batch = next(feed)
+        start = time.perf_counter()
+        texts = [normalize(text) for chunks in batch for text in chunks]
+        new = [text for text in dict.fromkeys(texts) if text not in shingle_sets]
+        sets = [frozenset(shingles(text, params.shingle_size)) for text in new]
+        signatures = MinHash.bulk(
+            [[s.encode("utf-8") for s in shingle_set] for shingle_set in sets],
+            num_perm=params.num_perm,
+            seed=params.seed,
+        )
+        seconds["signatures"] += time.perf_counter() - start
+        for text, mine, signature in zip(new, sets, signatures, strict=True):
+            start = time.perf_counter()
+            candidates = lsh.query(signature)
+            verified = time.perf_counter()
+            for other in candidates:
+                theirs = shingle_sets[other]
+                above += len(mine & theirs) / len(mine | theirs) >= params.threshold
+            checks += len(candidates)
+            inserted = time.perf_counter()
+            lsh.insert(text, signature, check_duplication=False)
+            shingle_sets[text] = mine
+            seconds["lsh"] += verified - start + time.perf_counter() - inserted
+            seconds["verification"] += inserted - verified
+        new_texts += len(new)
+        done += len(texts)
+        if done - window_done >= WINDOW:
+            now = time.perf_counter()
+            windows.append(
+                {"chunks": done, "chunks_per_second": (done - window_done) / (now - window_start),
+                 "seconds": dict(seconds), "checks_per_new_text": checks / max(new_texts, 1),
+                 "checks_above_threshold": above}
+            )  # fmt: skip
+            print(
+                f"  datasketch loop {done:>9,} chunks: {windows[-1]['chunks_per_second']:8,.0f} chunks/s "
+                f"(signatures {seconds['signatures']:.2f} s, LSH {seconds['lsh']:.2f} s, verification "
+                f"{seconds['verification']:.2f} s), {windows[-1]['checks_per_new_text']:.2f} candidate checks a "
+                "new text"
+            )
+            seconds.clear()
+            window_start, window_done, new_texts, checks, above = time.perf_counter(), done, 0, 0, 0
+    first, last = windows[0], windows[-1]
+    return {
+        "target": target,
+        "windows": windows,
+        "throughput_ratio_end_to_start": last["chunks_per_second"] / first["chunks_per_second"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=int, default=1_000_000, help="chunk positions for the growth run")
@@ -375,18 +465,34 @@ def main() -> None:
         help="the growth run's new texts: two real half-chunks (the target's), or drawn words (flat candidates); "
         "'flat' runs the growth alone and adds its result to the saved one",
     )
+    parser.add_argument(
+        "--datasketch-growth",
+        action="store_true",
+        help="run the growth feed through a datasketch loop (MinHash.bulk, MinHashLSH, every candidate verified) "
+        "and add its windows to the saved results",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="streamdedup-bench-"))
     try:
-        if args.generator == "flat":
+        if args.generator == "flat" or args.datasketch_growth:
             saved_path = RESULTS / "engine.json"
             if not saved_path.is_file():
+                option = "--generator flat" if args.generator == "flat" else "--datasketch-growth"
                 parser.error(
-                    "--generator flat adds to a full run's results: run 'python -m benchmarks.engine' first"
+                    f"{option} adds to a full run's results: run 'python -m benchmarks.engine' first"
                 )
             saved = json.loads(saved_path.read_text(encoding="utf-8"))
-            saved["growth_flat"] = _growth(workdir, args.scale, "flat")
-            save("engine", {key: value for key, value in saved.items() if key not in ("machine", "command")})
+            # Each added run records its own machine and command; the file keeps the full run's.
+            this_run = {
+                "machine": machine(),
+                "command": " ".join(["python -m benchmarks.engine", *sys.argv[1:]]),
+            }
+            if args.generator == "flat":
+                saved["growth_flat"] = {**_growth(workdir, args.scale, "flat"), **this_run}
+            if args.datasketch_growth:
+                saved["growth_datasketch"] = {**_datasketch_growth(args.scale), **this_run}
+            run = {key: saved.pop(key) for key in ("machine", "command")}
+            save("engine", saved, run=run)
             return
         django = _django_run(workdir, args.repeat)
         cli = _cli_run(workdir)

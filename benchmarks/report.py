@@ -169,6 +169,7 @@ def _engine(lines: list[str]) -> None:
         *_stage_growth(windows),
         *_work_growth(windows),
         *_flat_growth(result.get("growth_flat")),
+        *_datasketch_growth(result.get("growth_datasketch"), windows),
         f"- Engine end to end / its own signature kernel alone: {ratio:.2f}.",
         *(
             [_target("engine end to end / datasketch bulk, Django", django["ratio_to_datasketch_bulk"], 1.0)]
@@ -343,6 +344,46 @@ def _flat_growth(flat: dict[str, Any] | None) -> list[str]:
             f"them) ran at up to {best / first['chunks_per_second']:.2f} of the first."
         )
     return [*lines, ""]
+
+
+def _when(run: dict[str, Any]) -> str:
+    """`` (run <date> at commit <commit>)`` for a run that records its machine, else nothing."""
+    m = run.get("machine")
+    return f" (run {m['date']} at commit {m['commit']})" if m else ""
+
+
+def _datasketch_growth(loop: dict[str, Any] | None, engine: list[dict[str, Any]]) -> list[str]:
+    """The growth feed through a datasketch loop (``--datasketch-growth``), when it was run."""
+    if loop is None:
+        return []
+    windows = loop["windows"]
+    first, last = windows[0], windows[-1]
+    lines = [
+        "The same feed through the loop a datasketch user writes (`python -m benchmarks.engine "
+        "--datasketch-growth`: new texts' `MinHash.bulk` signatures, an in-memory `MinHashLSH` with the engine's "
+        "bands and rows, every candidate verified by the exact Jaccard of the shingle sets; nothing persisted, no "
+        f"output). A run of its own{_when(loop)}, so compare each column's ratio, not its rates with the "
+        "engine's:\n",
+        "| | chunks/s | signatures (s) | LSH (s) | verification (s) | candidate checks a new text |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, window in (("first window", first), ("last window", last)):
+        seconds = window["seconds"]
+        lines.append(
+            f"| {name} | {window['chunks_per_second']:,.0f} | {seconds.get('signatures', 0):.2f} | "
+            f"{seconds.get('lsh', 0):.2f} | {seconds.get('verification', 0):.2f} | "
+            f"{window['checks_per_new_text']:.2f} |"
+        )
+    rates = sorted(w["chunks_per_second"] / first["chunks_per_second"] for w in windows)
+    lines += [
+        "",
+        f"- The loop's last window / its first: {loop['throughput_ratio_end_to_start']:.2f} (its slowest window "
+        f"{rates[0]:.2f}, its median {rates[len(rates) // 2]:.2f}; "
+        "its LSH times jump in the windows where Python's garbage collector walks the index); the engine's, above: "
+        f"{engine[-1]['chunks_per_second'] / engine[0]['chunks_per_second']:.2f}.",
+        "",
+    ]
+    return lines
 
 
 def _target(name: str, value: float, target: float, fmt: str = ".2f", note: str = "") -> str:
