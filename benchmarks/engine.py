@@ -31,7 +31,10 @@
    flat, and what still grows is what the state's size costs. The target counts the default generator; this one
    tells the two apart. Saved as ``growth_flat`` beside a full run's results (it needs one; the next full run
    replaces them whole).
-5. ``--datasketch-growth``: the growth run's feed (the default generator) through the loop a datasketch user
+5. ``--memory-growth``: the growth run with each generator and the state in memory (the engine's dictionary
+   store, no RocksDB): how much of the slowdown is the engine's own work on a larger state rather than storage.
+   Saved as ``growth_memory`` beside a full run's results, like ``growth_flat``.
+6. ``--datasketch-growth``: the growth run's feed (the default generator) through the loop a datasketch user
    writes: new texts' ``MinHash.bulk`` signatures, an in-memory ``MinHashLSH`` query with the engine's bands and
    rows, each candidate verified by the exact Jaccard of the shingle sets, insert; nothing persisted. Its last
    window against its first says how much harder the feed itself gets as the state grows. Saved as
@@ -246,7 +249,7 @@ def _fixed_work(engine: Engine, pool: list[str]) -> Callable[[], float]:
     return probe
 
 
-def _counting_reads(store: RocksDBStore, reads: dict[str, list[int]]) -> None:
+def _counting_reads(store: RocksDBStore | MemoryStore, reads: dict[str, list[int]]) -> None:
     """Make ``store.get_many`` add the keys it is asked for and those it finds to ``reads[stage]``."""
     get_many = store.get_many
 
@@ -298,7 +301,7 @@ def _growth_corpus() -> tuple[list[str], list[str]]:
     return pool, sorted({w for c in pool for w in c.split() if w.isalpha()})
 
 
-def _growth(workdir: Path, target: int, generator: str = "halves") -> dict[str, Any]:
+def _growth(workdir: Path, target: int, generator: str = "halves", state: str = "rocksdb") -> dict[str, Any]:
     pool, vocabulary = _growth_corpus()
     probe = _fixed_work(Engine(EngineParams()), pool)
     probe()  # its first run loads what later ones reuse
@@ -307,7 +310,7 @@ def _growth(workdir: Path, target: int, generator: str = "halves") -> dict[str, 
     stage_seconds: collections.Counter[str] = collections.Counter()
     kinds: collections.Counter[type] = collections.Counter()
     time_stages(engine, stage_seconds, lambda stage, batch: kinds.update(map(type, batch)))
-    store = RocksDBStore(workdir / f"growth-{generator}")
+    store = RocksDBStore(workdir / f"growth-{generator}") if state == "rocksdb" else MemoryStore()
     reads: dict[str, list[int]] = {}
     _counting_reads(store, reads)
     runner = EmbeddedRunner(engine, store)
@@ -361,12 +364,13 @@ def _growth(workdir: Path, target: int, generator: str = "halves") -> dict[str, 
             window_start, window_done, fixed = time.perf_counter(), done, 0.0
             cpu_start, thread_start = time.process_time(), time.thread_time()
     counters = runner.counters
-    disk = store.disk_bytes()
+    disk = store.disk_bytes() if isinstance(store, RocksDBStore) else 0
     store.close()
     first, last = windows[0], windows[-1]
     return {
         "target": target,
         "generator": generator,
+        "state": state,
         "windows": windows,
         "canonical": counters.chunks,
         "exact": counters.exact,
@@ -466,6 +470,12 @@ def main() -> None:
         "'flat' runs the growth alone and adds its result to the saved one",
     )
     parser.add_argument(
+        "--memory-growth",
+        action="store_true",
+        help="run the growth with the state in memory (a dictionary, no RocksDB), with both generators, and add "
+        "them to the saved results",
+    )
+    parser.add_argument(
         "--datasketch-growth",
         action="store_true",
         help="run the growth feed through a datasketch loop (MinHash.bulk, MinHashLSH, every candidate verified) "
@@ -474,10 +484,19 @@ def main() -> None:
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="streamdedup-bench-"))
     try:
-        if args.generator == "flat" or args.datasketch_growth:
+        added = [
+            option
+            for option, given in (
+                ("--generator flat", args.generator == "flat"),
+                ("--memory-growth", args.memory_growth),
+                ("--datasketch-growth", args.datasketch_growth),
+            )
+            if given
+        ]
+        if added:
             saved_path = RESULTS / "engine.json"
             if not saved_path.is_file():
-                option = "--generator flat" if args.generator == "flat" else "--datasketch-growth"
+                option = " ".join(added)
                 parser.error(
                     f"{option} adds to a full run's results: run 'python -m benchmarks.engine' first"
                 )
@@ -489,6 +508,11 @@ def main() -> None:
             }
             if args.generator == "flat":
                 saved["growth_flat"] = {**_growth(workdir, args.scale, "flat"), **this_run}
+            if args.memory_growth:
+                saved["growth_memory"] = {
+                    generator: {**_growth(workdir, args.scale, generator, "memory"), **this_run}
+                    for generator in ("halves", "flat")
+                }
             if args.datasketch_growth:
                 saved["growth_datasketch"] = {**_datasketch_growth(args.scale), **this_run}
             run = {key: saved.pop(key) for key in ("machine", "command")}

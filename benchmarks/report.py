@@ -169,6 +169,7 @@ def _engine(lines: list[str]) -> None:
         *_stage_growth(windows),
         *_work_growth(windows),
         *_flat_growth(result.get("growth_flat")),
+        *_memory_growth(result.get("growth_memory"), growth, result.get("growth_flat")),
         *_datasketch_growth(result.get("growth_datasketch"), windows),
         f"- Engine end to end / its own signature kernel alone: {ratio:.2f}.",
         *(
@@ -344,6 +345,30 @@ def _flat_growth(flat: dict[str, Any] | None) -> list[str]:
             f"them) ran at up to {best / first['chunks_per_second']:.2f} of the first."
         )
     return [*lines, ""]
+
+
+def _memory_growth(
+    memory: dict[str, Any] | None, halves: dict[str, Any], flat: dict[str, Any] | None
+) -> list[str]:
+    """The growth runs with the state in memory (``--memory-growth``) beside the RocksDB ones, when run."""
+    if memory is None:
+        return []
+
+    def ratios(run: dict[str, Any]) -> str:
+        rates = [w["chunks_per_second"] for w in run["windows"]]
+        last_four = len(rates[-4:]) / sum(1 / rate for rate in rates[-4:])
+        return f"{rates[-1] / rates[0]:.2f} | {last_four / rates[0]:.2f}"
+
+    rows = [("RocksDB (the target's)", "halves", halves), ("RocksDB", "flat", flat)]
+    rows += [(f"in memory{_when(run)}", generator, run) for generator, run in memory.items()]
+    return [
+        "The growth runs with the state in memory (`python -m benchmarks.engine --memory-growth`: the engine's "
+        "dictionary store, no RocksDB), beside the RocksDB ones; each ratio is of one run's windows:\n",
+        "| state | new texts | last window / first | last four windows / first |",
+        "|---|---|---:|---:|",
+        *(f"| {state} | {generator} | {ratios(run)} |" for state, generator, run in rows if run is not None),
+        "",
+    ]
 
 
 def _when(run: dict[str, Any]) -> str:
