@@ -15,6 +15,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 use lru::LruCache;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
 use rustc_hash::FxBuildHasher;
@@ -146,11 +147,17 @@ impl RecordCache {
                 py,
                 part.iter().map(|(_, name)| PyBytes::new(py, &name[skip..])),
             )?;
-            let found = fetch.call1((addresses,))?;
-            if found.is_none() {
-                continue;
+            let found: Vec<Bound<'py, PyAny>> = fetch
+                .call1((addresses,))?
+                .try_iter()?
+                .collect::<PyResult<_>>()?;
+            if found.len() != part.len() {
+                return Err(PyValueError::new_err(format!(
+                    "a multi-get of {} keys answered {} values",
+                    part.len(),
+                    found.len()
+                )));
             }
-            let found: Vec<Bound<'py, PyAny>> = found.try_iter()?.collect::<PyResult<_>>()?;
             let mut inner = self.inner();
             let keep = inner.updates == updates;
             for ((i, name), value) in part.into_iter().zip(found) {

@@ -308,10 +308,11 @@ class RocksDBStore:
         cached_groups = []
         for (stage, partition), writes in changes.items():
             group = writes if isinstance(writes, dict) else dict(writes)
-            fill_write_batch(batch.put, batch.delete, self._handles[stage], _prefix(partition), group)
+            prefix = _prefix(partition)
+            fill_write_batch(batch.put, batch.delete, self._handles[stage], prefix, group)
             cached = self._cached.get(stage)
             if cached is not None:
-                cached_groups.append((cached[0], cached[1] + _prefix(partition), group))
+                cached_groups.append((cached[0], cached[1] + prefix, group))
         for key, value in meta.items():
             batch.put(key.encode("utf-8"), value, self._handles[_META])
         self._db.write(batch)

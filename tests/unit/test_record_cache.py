@@ -3,6 +3,7 @@
 import tempfile
 import threading
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +39,13 @@ def test_it_reads_what_it_lacks_in_chunks_and_keeps_what_it_found():
     assert cache.get_many(NS, SKIP, ["c", "b", "a"], fetch, 2) == [b"3", None, b"1"]
     assert fetch.asked == [[_address("b")]]  # an absent key is not kept
     assert cache.counts == (2, 4) and len(cache) == 2
+
+
+def test_a_multi_get_that_answers_too_few_values_is_an_error():
+    cache = RecordCache(10_000)
+    with pytest.raises(ValueError, match="a multi-get of 2 keys answered 1 values"):
+        cache.get_many(NS, SKIP, ["a", "b"], lambda addresses: [b"1"], 10)
+    assert len(cache) == 0
 
 
 def test_a_commit_replaces_removes_and_adds_values():
