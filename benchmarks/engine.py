@@ -391,9 +391,10 @@ def _datasketch_growth(target: int) -> dict[str, Any]:
     """The growth run's feed through the loop a datasketch user writes, timed per window like the engine's.
 
     Each batch's texts are normalized as the engine normalizes them; texts seen before are skipped (a set of
-    them), the new ones get ``MinHash.bulk`` signatures, each queries an in-memory ``MinHashLSH`` with the
-    engine's bands and rows, has every candidate verified by the exact Jaccard of the two shingle sets (as the
-    engine verifies every candidate), and is inserted. Nothing is persisted and no output is made.
+    them), the new ones get ``MinHash.bulk`` signatures of their shingles (the window's ``signatures`` seconds),
+    each queries an in-memory ``MinHashLSH`` with the engine's bands and rows, has every candidate verified by the
+    exact Jaccard of the two shingle sets (as the engine verifies every candidate), and is inserted. Nothing is
+    persisted and no output is made.
     """
     from datasketch import MinHash, MinHashLSH
 
@@ -408,9 +409,9 @@ def _datasketch_growth(target: int) -> dict[str, Any]:
     feed = _growth_feed(pool, vocabulary, "halves")
     while done < target:
         batch = next(feed)
-        start = time.perf_counter()
         texts = [normalize(text) for chunks in batch for text in chunks]
         new = [text for text in dict.fromkeys(texts) if text not in shingle_sets]
+        start = time.perf_counter()
         sets = [frozenset(shingles(text, params.shingle_size)) for text in new]
         signatures = MinHash.bulk(
             [[s.encode("utf-8") for s in shingle_set] for shingle_set in sets],
