@@ -4,14 +4,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 OUT := out
-# pip builds the compiled kernels (native/, Rust) with cargo: rustup's, where rustup puts it.
+# pip builds the compiled kernels (native/, Rust) with cargo where it finds one: rustup's, where rustup puts it.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
+NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name '*.rs' -o -name Cargo.toml | grep -v target)
 
-.PHONY: setup example test lint chromium clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state \
-	bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-report
+.PHONY: setup example test test-native lint native-toolchain wheel chromium clean bench bench-signatures bench-profile \
+	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-report
 
-$(STAMP): pyproject.toml constraints.txt native/Cargo.toml native/Cargo.lock native/src/*.rs native/src/*/*.rs
-	@command -v cargo >/dev/null || { echo "cargo not found: the package's compiled kernels need Rust 1.85+ (rustup.rs)" >&2; exit 1; }
+# Without cargo the package installs without its compiled kernels and runs its Python ones (the same results, slower).
+$(STAMP): pyproject.toml constraints.txt $(NATIVE_SOURCES)
+	@command -v cargo >/dev/null || echo "cargo not found: installing without the compiled kernels, so the engine runs in Python (the same results, slower); Rust 1.85+ (rustup.rs) builds them" >&2
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
@@ -26,14 +28,30 @@ example: $(STAMP)
 	$(BIN)/streamdedup run examples/feed.jsonl --state $(OUT)/example-state \
 		--out $(OUT)/example-outputs.jsonl --batch-size 1
 
-## Lint, type-check and run every test (the browser tests drive Debian's Chromium, installed when missing).
+## Lint, type-check and run every test (the browser tests drive Debian's Chromium, installed when missing), then the
+## engine's tests again on its Python kernels, which must give what the compiled ones give.
 test: lint $(STAMP) chromium
 	$(BIN)/pytest
+	STREAMDEDUP_KERNELS=python $(BIN)/pytest -q tests/unit tests/contract tests/simulation
+
+## The tests compare the compiled kernels with the Python ones, so they need the compiled ones built.
+native-toolchain: $(STAMP)
+	@command -v cargo >/dev/null || { echo "make test and make lint need cargo (Rust 1.85+, rustup.rs): the tests compare the compiled kernels with the Python ones" >&2; exit 1; }
+	@$(BIN)/python -c "from streamdedup.core import kernels; assert kernels.available(), 'the compiled kernels did not build: pip install -e . shows why'"
+
+## Build the wheel into dist/: the compiled kernels included, one wheel for CPython 3.11+ (stable ABI), no compiler
+## needed to install it. The Dockerfile builds its image from it.
+wheel:
+	@command -v cargo >/dev/null || { echo "make wheel needs cargo (Rust 1.85+, rustup.rs)" >&2; exit 1; }
+	rm -rf dist build
+	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir dist .
+	$(PYTHON) -c "import glob, zipfile; [w] = glob.glob('dist/streamdedup-*.whl'); names = zipfile.ZipFile(w).namelist(); \
+		assert any('/_native.' in n for n in names), w + ' has no compiled kernels: the build above says why'; print(w)"
 
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
 
-lint: $(STAMP)
+lint: $(STAMP) native-toolchain
 	$(BIN)/ruff check streamdedup tests examples benchmarks
 	$(BIN)/ruff format --check streamdedup tests examples benchmarks
 	$(BIN)/mypy

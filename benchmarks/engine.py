@@ -7,9 +7,10 @@
    embedded runner with RocksDB state (batches of 2,048 events, the default), in one process and with
    ``--workers 2`` (the engine's partitions in two worker processes). The baselines, on the same normalized chunks:
    datasketch's ``MinHash.bulk`` computing their signatures alone (what a user's own datasketch loop costs
-   before any LSH query), and the engine's compiled signature kernel alone. Each runs ``--repeat`` times (3),
-   interleaved, each engine run on a new state, and the best run of each counts (the shared machine's speed
-   drifts, and one run of each compared rates measured minutes apart).
+   before any LSH query), and the engine's compiled signature kernel alone; and the engine in one process on its
+   Python kernels (``STREAMDEDUP_KERNELS=python``: what an installation without the compiled ones runs). Each
+   runs ``--repeat`` times (3), interleaved, each engine run on a new state, and the best run of each counts (the
+   shared machine's speed drifts, and one run of each compared rates measured minutes apart).
 2. As a user runs it: a pre-chunked JSONL feed of about 10,000 positions (documents of ten Django chunks),
    ``streamdedup run`` from launch to exit, against a script that reads the same file and calls ``MinHash.bulk``
    (its launch included too), both with their modules' bytecode compiled, as after a first run.
@@ -69,6 +70,7 @@ from benchmarks.common import (
     time_stages,
 )
 from benchmarks.signatures import _bulk
+from streamdedup.core import kernels
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.normalize import normalize
@@ -104,7 +106,7 @@ def _django_run(workdir: Path, repeat: int) -> dict[str, Any]:
             )
         )  # fmt: skip
     chunks = django_chunks()
-    names = ("engine", "engine, 2 workers", "datasketch bulk", "signatures alone")
+    names = ("engine", "engine, 2 workers", "datasketch bulk", "signatures alone", "engine, Python kernels")
     runs: dict[str, list[float]] = {name: [] for name in names}
     for attempt in range(repeat):
         parallel = ParallelRunner(EngineParams(), workdir / f"django-parallel-{attempt}", workers=2)
@@ -124,6 +126,9 @@ def _django_run(workdir: Path, repeat: int) -> dict[str, Any]:
         disk = store.disk_bytes()
         store.close()
         runs["engine"].append(counters.positions / seconds)
+        runs["engine, Python kernels"].append(
+            _python_kernels_rate(events, workdir / f"django-python-{attempt}")
+        )
         engine.scheme.signatures(chunks[:10])
         sig_start = time.perf_counter()
         for i in range(0, len(chunks), 4096):
@@ -135,12 +140,14 @@ def _django_run(workdir: Path, repeat: int) -> dict[str, Any]:
         runs["datasketch bulk"].append(len(chunks) / (time.perf_counter() - bulk_start))
         print(f"  Django run {attempt + 1}: engine {runs['engine'][-1]:,.0f} chunks/s, "
               f"2 workers {runs['engine, 2 workers'][-1]:,.0f} chunks/s, "
-              f"datasketch bulk {runs['datasketch bulk'][-1]:,.0f} chunks/s")  # fmt: skip
-    rate, parallel_rate, bulk_rate, signature_rate = (max(runs[name]) for name in names)
+              f"datasketch bulk {runs['datasketch bulk'][-1]:,.0f} chunks/s, "
+              f"Python kernels {runs['engine, Python kernels'][-1]:,.0f} chunks/s")  # fmt: skip
+    rate, parallel_rate, bulk_rate, signature_rate, python_rate = (max(runs[name]) for name in names)
     print(f"Django: {len(files)} files, {counters.positions:,} chunks, best of {repeat}: {rate:,.0f} chunks/s; "
           f"2 workers {parallel_rate:,.0f} chunks/s ({parallel_rate / bulk_rate:.2f}); "
           f"datasketch bulk {bulk_rate:,.0f} chunks/s ({rate / bulk_rate:.2f}); "
-          f"signatures alone {signature_rate:,.0f} chunks/s")  # fmt: skip
+          f"signatures alone {signature_rate:,.0f} chunks/s; "
+          f"Python kernels {python_rate:,.0f} chunks/s ({python_rate / bulk_rate:.2f})")  # fmt: skip
     return {
         "files": len(files),
         "batch": BATCH,
@@ -156,9 +163,29 @@ def _django_run(workdir: Path, repeat: int) -> dict[str, Any]:
         "ratio_to_datasketch_bulk": rate / bulk_rate,
         "workers_2_chunks_per_second": parallel_rate,
         "workers_2_ratio_to_datasketch_bulk": parallel_rate / bulk_rate,
+        "python_kernels_chunks_per_second": python_rate,
+        "python_kernels_ratio_to_datasketch_bulk": python_rate / bulk_rate,
+        "python_kernels_ratio_to_compiled": python_rate / rate,
         "runs": runs,
         "disk_bytes": disk,
     }
+
+
+def _python_kernels_rate(events: list[UpsertEvent], path: Path) -> float:
+    """The engine in one process on its Python kernels (what an installation without compiled ones runs)."""
+    kernels.use("python")
+    try:
+        engine = Engine(EngineParams())
+        store = RocksDBStore(path)
+        runner = EmbeddedRunner(engine, store)
+        start = time.perf_counter()
+        for i in range(0, len(events), BATCH):
+            runner.process(events[i : i + BATCH], _discard)
+        seconds = time.perf_counter() - start
+        store.close()
+    finally:
+        kernels.use("compiled")
+    return runner.counters.positions / seconds
 
 
 _BULK_SCRIPT = """

@@ -159,6 +159,16 @@ def _engine(lines: list[str]) -> None:
             if "workers_2_chunks_per_second" in django
             else []
         ),
+        *(
+            [
+                f"| engine end to end on its Python kernels (no compiled ones; "
+                f"{django['python_kernels_ratio_to_compiled']:.2f} of the compiled engine) | "
+                f"{django['python_kernels_chunks_per_second']:,.0f} | "
+                f"{django['python_kernels_ratio_to_datasketch_bulk']:.2f} |"
+            ]
+            if "python_kernels_chunks_per_second" in django
+            else []
+        ),
         "",
         *_cli_lines(result.get("cli")),
         f"**Growth** to {windows[-1]['chunks']:,} chunk positions ({growth['canonical']:,} canonical chunks, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -134,6 +134,11 @@ class Settings(BaseSettings):
         le=1024 * 1024,
         description="Megabytes of the content stage's records a process keeps in memory after reading or writing them "
         "(0: none); `run --workers N` gives each worker an Nth, at least 1.",
+    )
+    kernels: Literal["auto", "compiled", "python"] = Field(
+        "auto",
+        description="The engine's kernels: auto (compiled where the package was built with them, else Python), "
+        "compiled (an error without them) or python; both give byte-identical outputs and states.",
     )
     folder_acl: Annotated[tuple[str, ...], NoDecode] = Field(
         ("*",), description="ACL of folder files without a sidecar <file>.acl.json, comma-separated."

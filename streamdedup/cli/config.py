@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from streamdedup.core import kernels
 from streamdedup.core.params import candidate_probability
 from streamdedup.settings import Settings
 
@@ -23,6 +24,9 @@ def config_command(settings: Settings, console: Console | None = None) -> None:
         shown = ",".join(value) if isinstance(value, tuple) else str(value)
         table.add_row(name, shown, f"STREAMDEDUP_{name.upper()}")
     console.print(table)
+    console.print(
+        f"kernels in use: {kernels.kind()}" + ("" if kernels.available() else " (none compiled here)")
+    )
     params = settings.engine_params()
     lsh = Table(title="LSH banding", header_style="bold")
     lsh.add_column("")

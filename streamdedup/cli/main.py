@@ -85,6 +85,24 @@ def _root(
     except (ValidationError, StreamDedupError) as exc:
         err().print(f"[red]invalid settings:[/red] {exc}")
         raise typer.Exit(2) from exc
+    from streamdedup.core import kernels
+
+    try:
+        kernels.use(ctx.obj.kernels)
+    except kernels.KernelsUnavailable as exc:
+        err().print(f"[red]invalid settings:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+def _warn_on_python_kernels(settings: Settings) -> None:
+    """Say once, when the engine is about to run on the Python kernels without being asked to, what that costs."""
+    from streamdedup.core import kernels
+
+    if kernels.kind() == "python" and settings.kernels == "auto":
+        err().print(
+            "[yellow]warning:[/yellow] this installation has no compiled kernels, so the engine runs in Python, "
+            f"several times slower (byte-identical results). For the compiled ones, {kernels.HOW_TO_COMPILE}."
+        )
 
 
 def _state_dir(settings: Settings, state: Path | None) -> Path:
@@ -136,6 +154,7 @@ def run(
         raise typer.Exit(2)
 
     def both() -> None:
+        _warn_on_python_kernels(settings)
         run_command(
             settings, input, _state_dir(settings, state), out, err(), watch=watch, collection=collection
         )
@@ -195,6 +214,7 @@ def worker(
     settings = _settings(ctx)
     if data_dir is not None:
         settings = settings.model_copy(update={"data_dir": data_dir})
+    _warn_on_python_kernels(settings)
     _guard(lambda: worker_command(settings, loglevel))
 
 

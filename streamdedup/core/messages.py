@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from streamdedup.core import _native
+from streamdedup.core import kernels
 from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, Rank, SourceAttrs, UpsertEvent
 from streamdedup.core.partitioning import partition_for
 
@@ -46,6 +46,7 @@ __all__ = [
     "route",
     "router",
     "split",
+    "split_refs",
     "split_refs_in_python",
     "unpack_refs",
 ]
@@ -167,9 +168,17 @@ def unpack_refs(message: SourceRefs) -> list[RefUpdate]:
     ]
 
 
+def split_refs(refs: bytes, partitions: int) -> list[tuple[int, bytes]]:
+    """Return ``(partition, refs)`` for each content partition that holds some of a packed list's contents, in the
+    order of their first content: compiled where the kernels are, else :func:`split_refs_in_python`."""
+    compiled = kernels.native()
+    if compiled is None:
+        return split_refs_in_python(refs, partitions)
+    return compiled.split_refs(refs, partitions)  # type: ignore[no-any-return]
+
+
 def split_refs_in_python(refs: bytes, partitions: int) -> list[tuple[int, bytes]]:
-    """The twin of the compiled ``split_refs`` that the tests compare it with: ``(partition, refs)`` for each
-    content partition that holds some of the packed list's contents, in the order of their first content."""
+    """:func:`split_refs` in Python (the compiled kernel's twin, which the tests compare it with)."""
     groups: dict[int, list[_PackedRef]] = {}
     for entry in _REFS.decode(refs) if refs else ():
         groups.setdefault(partition_for(content_id(entry[0]), partitions), []).append(entry)
@@ -414,7 +423,7 @@ def split(message: Message, partitions: int) -> list[tuple[str, int, Message]]:
             return [("content", 0, message)] if message.refs else []
         return [
             ("content", partition, msgspec.structs.replace(message, refs=refs))
-            for partition, refs in _native.split_refs(message.refs, partitions)
+            for partition, refs in split_refs(message.refs, partitions)
         ]
     stage, key = route(message)
     if key == BROADCAST:

@@ -17,7 +17,7 @@ import hashlib
 import unicodedata
 from typing import TYPE_CHECKING
 
-from streamdedup.core import _native
+from streamdedup.core import kernels
 
 if TYPE_CHECKING:
     import regex
@@ -80,9 +80,11 @@ def _words_by_pattern(text: str) -> list[str]:
 def normalize(text: str) -> str:
     """Return the normalized form of ``text`` that hashing and shingling see: its :func:`words`, joined by spaces."""
     if text.isascii():
-        # Compiled (native/src/text.rs): the words as the ASCII path of ``words`` finds them, joined in one pass.
-        return _native.normalize_ascii(text)  # type: ignore[return-value]  # None only for text that is not ASCII
-    return " ".join(_words_by_pattern(text))
+        compiled = kernels.native()
+        if compiled is not None:
+            # native/src/text.rs: the words as the ASCII path of ``words`` finds them, joined in one pass.
+            return compiled.normalize_ascii(text)  # type: ignore[no-any-return]  # None only for text not ASCII
+    return " ".join(words(text))
 
 
 def content_hash(text: str) -> str:

@@ -1,8 +1,8 @@
-"""The NumPy twins of the compiled kernels (``streamdedup.core._native``): the reference the tests compare them with.
+"""The signature kernels in Python: what the compiled ones (``streamdedup.core._native``) compute, with NumPy.
 
-They compute what the Rust code computes, with NumPy array operations and no Python work per word or shingle, so
-that a change to either shows up as a difference on the tests' random and hostile texts. The engine never calls
-them.
+They compute what the Rust code computes, with NumPy array operations and no Python work per word or shingle. The
+engine runs them where the package has no compiled kernels (:mod:`streamdedup.core.kernels`), and the tests
+compare the two on random and hostile texts, so that a change to either shows up as a difference.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.core.signatures import _COMBINE, _FNV_OFFSET, _FNV_PRIME, _fnv1a
+from streamdedup.core.shingles import _COMBINE, _FNV_OFFSET, _FNV_PRIME, _fnv1a
 
 __all__ = ["band_hashes_numpy", "numpy_kernel", "permutations_numpy"]
 

@@ -11,7 +11,7 @@ exactly where Kafka would have put each of its keys.
 
 from __future__ import annotations
 
-from streamdedup.core import _native
+from streamdedup.core import kernels
 
 __all__ = ["murmur2", "partition_for", "positive_murmur2"]
 
@@ -45,9 +45,12 @@ def murmur2(data: bytes) -> int:
 
 
 def positive_murmur2(data: bytes) -> int:
-    """Return ``murmur2(data) & 0x7FFFFFFF`` (what Kafka's default partitioner takes modulo), compiled: every
-    message needs one. :func:`murmur2` is its reference."""
-    return _native.positive_murmur2(data)
+    """Return ``murmur2(data) & 0x7FFFFFFF`` (what Kafka's default partitioner takes modulo): every message needs
+    one, so it is compiled where the kernels are (:func:`murmur2` is the Python implementation)."""
+    compiled = kernels.native()
+    if compiled is None:
+        return murmur2(data) & 0x7FFFFFFF
+    return compiled.positive_murmur2(data)  # type: ignore[no-any-return]
 
 
 def partition_for(key: str, partitions: int) -> int:

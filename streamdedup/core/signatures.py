@@ -8,11 +8,11 @@ minimum per permutation. Signatures are stored in ``LeanMinHash``'s little-endia
 
 The shingle hash is built from word hashes (FNV-1a 64 over the word's UTF-8 bytes, then a 64-bit finalizer),
 combined polynomially over the shingle's words and folded to 32 bits. That lets one compiled pass read the
-UTF-8 bytes of a whole batch of texts and produce every signature, with no Python work per word or shingle: the
-package's Rust extension, ``streamdedup.core._native`` (``native/`` in the repository), which also draws the
-permutations as datasketch does (NumPy's legacy Mersenne Twister). The engine asks it for what a new text needs
-(:meth:`SignatureScheme.features`) and imports no NumPy; :mod:`streamdedup.core.numpy_kernels` computes the same
-with NumPy array operations, the reference the tests compare the compiled kernels with.
+UTF-8 bytes of a whole batch of texts and produce every signature, with no Python work per word or shingle:
+:mod:`streamdedup.core.numpy_kernels` does it with NumPy array operations, and the package's Rust extension
+(``native/`` in the repository), where it was built, in one compiled pass that needs no NumPy
+(:mod:`streamdedup.core.kernels`). Both draw the permutations as datasketch does (NumPy's legacy Mersenne
+Twister), and the tests compare them.
 
 >>> scheme = SignatureScheme(num_perm=16, seed=1, shingle_size=5)
 >>> sigs, distinct = scheme.signatures(["a b c d e", "a b c d e", ""])
@@ -29,7 +29,8 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from streamdedup.core import _native
+from streamdedup.core import kernels
+from streamdedup.core.shingles import shingle_hash32
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,36 +42,6 @@ __all__ = ["SignatureScheme", "estimate_jaccard", "shingle_hash32"]
 
 _SCHEME_CODE_AFFINE32 = 1
 _HEADER = struct.Struct("<qiB")
-_MASK64 = (1 << 64) - 1
-_FNV_OFFSET = 0xCBF29CE484222325
-_FNV_PRIME = 0x100000001B3
-_COMBINE = 0x9E3779B97F4A7C15
-
-
-def _mix64(h: int) -> int:
-    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return h ^ (h >> 31)
-
-
-def _fnv1a(word: bytes) -> int:
-    h = _FNV_OFFSET
-    for byte in word:
-        h = ((h ^ byte) * _FNV_PRIME) & _MASK64
-    return h
-
-
-def _word_hash(word: bytes) -> int:
-    return _mix64(_fnv1a(word))
-
-
-def shingle_hash32(shingle: bytes) -> int:
-    """Return the 32-bit hash of one shingle (its words joined by single spaces), as the kernel computes it."""
-    acc = 0
-    for word in shingle.split(b" "):
-        acc = (acc * _COMBINE + _word_hash(word)) & _MASK64
-    acc = _mix64(acc)
-    return (acc ^ (acc >> 32)) & 0xFFFFFFFF
 
 
 def estimate_jaccard(a: Signature, b: Signature) -> float:
@@ -91,8 +62,10 @@ class SignatureScheme:
         self.num_perm = num_perm
         self.seed = seed
         self.shingle_size = shingle_size
-        #: The compiled scheme that :meth:`features` calls; the compiled content stage calls it directly.
-        self.compiled = _native.Scheme(num_perm, seed, shingle_size)
+        #: The compiled scheme that :meth:`features` calls (the compiled content stage calls it directly), or None
+        #: where the kernels are Python's.
+        compiled = kernels.native()
+        self.compiled = None if compiled is None else compiled.Scheme(num_perm, seed, shingle_size)
         self.byte_size = _HEADER.size + 4 * num_perm
 
     def features(
@@ -100,15 +73,30 @@ class SignatureScheme:
     ) -> list[tuple[int, list[str] | None, bytes]]:
         """Return, for each normalized text, its number of distinct shingles, its LSH band keys (as
         :meth:`band_keys`; None for a text of fewer than ``min_shingles`` distinct shingles, which only matches
-        exactly) and the sketch of its signature (:func:`streamdedup.core.sketches.sketches`), in one compiled pass
-        without NumPy: what the engine needs of a new text."""
-        return self.compiled.features(list(normalized), bands, rows, min_shingles)
+        exactly) and the sketch of its signature (:func:`streamdedup.core.sketches.sketches`): what the engine needs
+        of a new text. Compiled, it is one pass without NumPy."""
+        if self.compiled is not None:
+            return self.compiled.features(list(normalized), bands, rows, min_shingles)  # type: ignore[no-any-return]
+        if bands * rows > self.num_perm:
+            raise ValueError("bands x rows must not exceed num_perm")
+        from streamdedup.core.sketches import sketches  # noqa: PLC0415 - imports NumPy
+
+        signatures, distinct = self.signatures(normalized)
+        keys = self.band_keys_many(signatures, bands, rows)
+        return [
+            (int(count), band_keys if count >= min_shingles else None, sketch)
+            for count, band_keys, sketch in zip(distinct, keys, sketches(signatures), strict=True)
+        ]
 
     @functools.cached_property
     def permutations(self) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
         """The ``(a, b)`` of the affine permutations, as datasketch's ``MinHash.permutations`` holds them."""
         import numpy as np  # noqa: PLC0415 - see estimate_jaccard
 
+        if self.compiled is None:
+            from streamdedup.core.numpy_kernels import permutations_numpy  # noqa: PLC0415 - imports NumPy
+
+            return permutations_numpy(self.seed, self.num_perm)
         a, b = self.compiled.permutations()
         return np.array(a, dtype=np.uint32), np.array(b, dtype=np.uint32)
 
@@ -123,7 +111,13 @@ class SignatureScheme:
         data = np.frombuffer(b"".join(encoded) if offsets[-1] else b"\0", dtype=np.uint8)
         out = np.empty((len(encoded), self.num_perm), dtype=np.uint32)
         distinct = np.zeros(len(encoded), dtype=np.int64)
-        _native.signatures(data, offsets, self.shingle_size, *self.permutations, out, distinct)
+        compiled = kernels.native()
+        if compiled is None:
+            from streamdedup.core.numpy_kernels import numpy_kernel  # noqa: PLC0415 - imports NumPy
+
+            numpy_kernel(data, offsets, self.shingle_size, *self.permutations, out, distinct)
+        else:
+            compiled.signatures(data, offsets, self.shingle_size, *self.permutations, out, distinct)
         return out, distinct
 
     def to_bytes(self, signature: Signature) -> bytes:
@@ -170,12 +164,13 @@ class SignatureScheme:
         import numpy as np  # noqa: PLC0415 - see estimate_jaccard
 
         values = np.asarray(signatures)
-        if values.ndim != 2 or values.dtype != np.uint32 or not values.shape[1]:
-            from streamdedup.core.numpy_kernels import band_hashes_numpy  # noqa: PLC0415 - a rare input
+        compiled = kernels.native()
+        if compiled is None or values.ndim != 2 or values.dtype != np.uint32 or not values.shape[1]:
+            from streamdedup.core.numpy_kernels import band_hashes_numpy  # noqa: PLC0415 - imports NumPy
 
             return band_hashes_numpy(values, bands, rows)
         hashes = np.empty((len(values), bands), dtype=np.uint64)
-        _native.band_hashes(values, values.shape[1], bands, rows, hashes)
+        compiled.band_hashes(values, values.shape[1], bands, rows, hashes)
         return hashes
 
 

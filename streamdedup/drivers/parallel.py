@@ -43,6 +43,7 @@ from typing import Any
 import msgspec
 
 from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
+from streamdedup.core import kernels
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output, router
 from streamdedup.core.model import InputEvent
@@ -139,6 +140,7 @@ class ParallelRunner(Runner):
                         fault_source_id,
                         where,
                         state_cache_mb and max(1, state_cache_mb // workers),  # 0 stays none
+                        kernels.kind(),  # the driver's kernels, whatever chose them
                     ),
                 )
             self._gather(range(workers))  # each opened its store
@@ -367,7 +369,8 @@ def _add(counters: RunCounters, added: dict[str, Any]) -> None:
 def _worker_main(conn: Connection) -> None:
     """A worker: one partition of the source, content and band stages, with a store of its own, at the driver's
     command."""
-    index, workers, path, params, fault_source_id, where, state_cache_mb = conn.recv()
+    index, workers, path, params, fault_source_id, where, state_cache_mb, kind = conn.recv()
+    kernels.use(kind)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the workers when it is interrupted
     gc.disable()  # a batch's objects are freed by reference counting; see drivers.collector
     try:

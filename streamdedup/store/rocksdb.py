@@ -14,10 +14,10 @@ from pathlib import Path
 
 import rocksdict
 
-from streamdedup.core._native import RecordCache, fill_write_batch
 from streamdedup.core.params import DEFAULT_STATE_CACHE_MB
 from streamdedup.errors import StateError
 from streamdedup.store.base import FAMILIES, Changes
+from streamdedup.store.records import RecordCache, fill_write_batch, new_record_cache
 
 __all__ = ["RocksDBStore", "read_only", "record_cache", "refuse_shards", "shard_count"]
 
@@ -49,7 +49,7 @@ _ZSTD_DICT_BYTES = 64 * 1024
 _ZSTD_TRAIN_BYTES = 16 * _ZSTD_DICT_BYTES
 
 
-# The content stage's keys are read through a record cache (`RecordCache`, `native/src/cache.rs`): the values a
+# The content stage's keys are read through a record cache (`streamdedup.store.records`): the values a
 # process last read or wrote, bounded in bytes. The block cache does not keep a grown state's records: keys are
 # hashes, so each compaction rewrites the whole bottom level and the cached blocks go with their files. A record of
 # the content stage is read again when a later text is a copy or a candidate of it, a key of the others mostly not:
@@ -63,7 +63,7 @@ _NAMESPACE_BYTES = 5  # a store's number (4 bytes) and its family's (1), before 
 
 def record_cache(megabytes: int = DEFAULT_STATE_CACHE_MB) -> RecordCache | None:
     """Return a record cache of ``megabytes`` for one or more stores to share, or None for 0."""
-    return RecordCache(megabytes * 1024 * 1024) if megabytes > 0 else None
+    return new_record_cache(megabytes * 1024 * 1024) if megabytes > 0 else None
 
 
 @functools.cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,6 +69,7 @@ def _event(number: int, chunks: tuple[str, ...], title: str | None, metadata: di
         st.none() | st.dictionaries(st.text(max_size=6), JSON, max_size=3), min_size=3, max_size=3
     ),
 )
+@pytest.mark.usefixtures("compiled_kernels")
 def test_the_compiled_chunk_record_is_the_twins_bytes(titles, metadata):
     events = [
         _event(0, (TEXT,), titles[0], metadata[0]),

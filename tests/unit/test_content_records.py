@@ -17,6 +17,7 @@ from streamdedup.core.messages import Info, MemberReport, PairMark, RefUpdate, S
 from streamdedup.core.model import Rank, SourceAttrs
 from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.stages.content import ContentStage, ContentStageInPython
+from streamdedup.core.stages.context import StageContext
 from streamdedup.core.state import (
     ChunkStatus,
     Conflict,
@@ -187,6 +188,7 @@ def test_malformed_records_are_refused_like_msgspec_refuses_them(kind: str, raw:
         _native.content_reencode(kind, raw)
 
 
+@pytest.mark.usefixtures("compiled_kernels")
 def test_a_malformed_stored_record_is_an_error_that_names_its_key(engine):
     # Corrupt state is an ordinary exception, which drivers isolate like any failing batch, never a crash.
     text = "a stored record that cannot be read any more"
@@ -196,6 +198,6 @@ def test_a_malformed_stored_record_is_an_error_that_names_its_key(engine):
     state.put(key, b"\x81\xa3seq\xa1x")
     update = RefUpdate(key, "s", 1, (0,), (text,), normalize(text), SourceAttrs(acl=("*",), modified_at=0))
     with pytest.raises(ValueError, match=f"malformed content record at .{key}.: expected an integer"):
-        ContentStage(engine.context).handle([update], state)
+        ContentStage(StageContext.of(engine.params)).handle([update], state)  # the compiled kernel's context
     with pytest.raises(msgspec.DecodeError):
         ContentStageInPython(engine.context).handle([update], state)

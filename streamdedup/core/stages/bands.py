@@ -14,8 +14,8 @@ not whole hashes. Two texts sharing an id (among 10^8 texts, the chance that any
 share an entry where their bands meet, which can cost a candidate but never a wrong merge: every candidate is
 verified against its text.
 
-A batch is applied by the package's compiled ``apply_bands`` (``native/src/bands.rs``); :func:`apply_in_python` is its
-twin in Python, which the tests compare it with.
+A batch is applied by :func:`apply_in_python`, or by its compiled twin ``apply_bands`` (``native/src/bands.rs``)
+where the kernels are compiled (:mod:`streamdedup.core.kernels`); the tests compare the two.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from streamdedup.core import _native
+from streamdedup.core import kernels
 from streamdedup.core.messages import (
     CONTENT_ID_CHARS,
     BandAck,
@@ -93,7 +93,9 @@ class BandStage:
                 )
             else:  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"band stage cannot handle {type(message).__name__}")
-        writes, answers = _native.apply_bands(ops, reader(state), self._limit)
+        compiled = kernels.native()
+        apply = apply_in_python if compiled is None else compiled.apply_bands
+        writes, answers = apply(ops, reader(state), self._limit)
         write_all(state, writes)
         return [BandAck(*answer) for answer in answers]
 
@@ -101,7 +103,7 @@ class BandStage:
 def apply_in_python(
     ops: Sequence[Op], read: Callable[[list[str]], Sequence[bytes | None]], limit: int
 ) -> tuple[list[Write], list[Answer]]:
-    """The band stage's batch in Python: the twin the tests compare the compiled ``apply_bands`` with.
+    """The band stage's batch in Python (the compiled ``apply_bands``' twin, which the tests compare it with).
 
     It applies the joins and leaves of ``ops`` in order to the buckets of their keys, read with one call of
     ``read``, and returns the changed buckets in the order their keys were read (None once empty), and one answer

@@ -10,8 +10,8 @@ from then on.
 A document keeps the chunks it was cut into: a line that becomes boilerplate after a document was ingested
 leaves that document's chunks as they are until its next version is ingested, which is chunked without it.
 
-The counting of a batch's line updates is the package's compiled ``count_lines`` (``native/src/lines.rs``);
-:func:`count_in_python` is its twin in Python, which the tests compare it with.
+The counting of a batch's line updates is :func:`count_in_python`, or its compiled twin ``count_lines``
+(``native/src/lines.rs``) where the kernels are compiled (:mod:`streamdedup.core.kernels`); the tests compare them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from streamdedup.core import _native
+from streamdedup.core import kernels
 from streamdedup.core.messages import BoilerplateUpdate, LineDecision, LineUpdate, Message, Output
 from streamdedup.core.normalize import normalize
 from streamdedup.core.state import (
@@ -115,7 +115,9 @@ class CollectionStage:
             records = {u[0]: collections.get(collection_key(u[0])) for u in updates}
             docs = {c: r.docs for c, r in records.items() if r is not None}
             watch = {c: {*r.boilerplate, *r.decided} for c, r in records.items() if r is not None}
-            writes, applied, totals, found = _native.count_lines(
+            compiled = kernels.native()
+            count = count_in_python if compiled is None else compiled.count_lines
+            writes, applied, totals, found = count(
                 updates, reader(state), docs, watch, self._params.boilerplate_min_docs,
                 self._params.boilerplate_fraction,
             )  # fmt: skip
@@ -189,7 +191,7 @@ def count_in_python(
     min_docs: int,
     fraction: float,
 ) -> Counted:
-    """The collection stage's counting in Python: the twin the tests compare the compiled ``count_lines`` with.
+    """The collection stage's counting in Python (the compiled ``count_lines``' twin, which the tests compare it with).
 
     It applies ``updates`` in order to their sources' member records and their lines' counts, read with one call
     of ``read`` (member keys, then line keys, each once). An update applies only if its version is newer than the

@@ -14,9 +14,10 @@ A batch is applied message by message, and each content it touched is settled on
 carries the sender's whole current state with a sequence number, so duplicates and stale messages are ignored and
 the outcome does not depend on delivery order.
 
-The engine applies a batch with the package's compiled ``ContentKernel`` (``native/src/content/``), which reads and
-writes the same records; :class:`ContentStageInPython` is its twin in Python, built from the modules named above,
-which the tests compare it with message by message and record by record.
+:class:`ContentStageInPython` applies a batch with the modules named above; where the package's kernels are
+compiled (:mod:`streamdedup.core.kernels`), the engine applies it with their ``ContentKernel``
+(``native/src/content/``) instead, which reads and writes the same records. The tests compare the two message by
+message and record by record.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from streamdedup.core import _native
+from streamdedup.core import kernels
 from streamdedup.core.facts import describe_fact_difference, fact_tokens
 from streamdedup.core.messages import (
     CONTENT_ID_CHARS,
@@ -72,23 +73,32 @@ from streamdedup.core.state import (
 __all__ = ["ContentStage", "ContentStageInPython"]
 
 
+_DEFAULT_JACCARD = ContentRecord().jaccard
+
+
 def _by_id(message: Message) -> bool:
     """Whether ``message`` is a verify request naming its receiver by content id (a band's candidate)."""
     return isinstance(message, VerifyRequest) and len(message.content_hash) == CONTENT_ID_CHARS
 
 
 class ContentStage:
-    """Handler of the ``content`` stage: the compiled kernel."""
+    """Handler of the ``content`` stage: the compiled kernel where the kernels are compiled, else
+    :class:`ContentStageInPython`."""
 
     name = "content"
 
     def __init__(self, context: StageContext) -> None:
+        compiled = kernels.native()
+        self._in_python: ContentStageInPython | None = None
+        if compiled is None or context.scheme.compiled is None:
+            self._in_python = ContentStageInPython(context)
+            return
         params = context.params
         classes = (
             RefUpdate, SourceRefs, BandAck, VerifyRequest, VerifyResult, PairDecision, NeighborUpdate, SourceStatuses,
             BandJoin, BandLeave, Output, Info, Rank, PairMark, MemberReport, SourceRef, SourceAttrs, msgspec.Raw,
         )  # fmt: skip
-        self._kernel = _native.ContentKernel(
+        self._kernel = compiled.ContentKernel(
             {kind.__name__: kind for kind in classes},
             {
                 "threshold": params.threshold,
@@ -113,13 +123,15 @@ class ContentStage:
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of messages for one partition and emit what follows from them."""
+        if self._in_python is not None:
+            return self._in_python.handle(messages, state)
         writes, out = self._kernel.apply(list(messages), reader(state), state.scan)
         write_all(state, writes)
-        return out
+        return out  # type: ignore[no-any-return]
 
 
 class ContentStageInPython:
-    """Handler of the ``content`` stage in Python: the compiled kernel's twin."""
+    """Handler of the ``content`` stage in Python (the compiled ``ContentKernel``'s twin)."""
 
     name = "content"
 
@@ -183,6 +195,9 @@ class ContentStageInPython:
             if key in only_asked and settlement.answer_unchanged(work, out):
                 continue  # nothing changed: not settled again, not written back
             settlement.settle(work, out)
+            if work.record.jaccard == _DEFAULT_JACCARD:
+                # msgspec leaves out a default by identity: the same bytes as the compiled stage's record.
+                work.record.jaccard = _DEFAULT_JACCARD
             table.mark(key)
         settlement.tell(out)
         table.flush()

@@ -128,7 +128,8 @@ def _count(record: ContentRecord, entry: RefEntry, sign: int) -> None:
     """Add (``sign`` 1) or remove (-1) a live ref's positions and readers in the content's counts."""
     record.positions += sign * len(entry.positions)
     principals = record.principals
-    for principal in set(entry.attrs.acl) if entry.attrs is not None else ():
+    # In the ACL's order (each principal once), as the compiled stage counts: the same bytes for the same record.
+    for principal in dict.fromkeys(entry.attrs.acl) if entry.attrs is not None else ():
         count = principals.get(principal, 0) + sign
         if count > 0:
             principals[principal] = count

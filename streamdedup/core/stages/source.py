@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from streamdedup.core import _native
+from streamdedup.core import kernels
 from streamdedup.core.chunking import Chunk, chunk_document
 from streamdedup.core.markup import Block, blocks, has_markup, plain_text
 from streamdedup.core.messages import (
@@ -98,14 +98,17 @@ def plain_chunks(
 ) -> tuple[list[str], list[str], list[str]]:
     """Chunk a text without markup (:func:`~streamdedup.core.markup.has_markup` false), leaving out the lines whose
     key is in ``known`` (a collection's boilerplate): its paragraphs' plain text, and each chunk's original and
-    plain text. Compiled (``plain_chunks_in_python`` is the twin)."""
-    return _native.plain_chunks(text, content_type == "text/plain", max_chars, known, normalize)
+    plain text. Compiled where the kernels are (``plain_chunks_in_python`` is the Python implementation)."""
+    compiled = kernels.native()
+    if compiled is None:
+        return plain_chunks_in_python(text, content_type, max_chars, known)
+    return compiled.plain_chunks(text, content_type == "text/plain", max_chars, known, normalize)  # type: ignore[no-any-return]
 
 
 def plain_chunks_in_python(
     text: str, content_type: str, max_chars: int, known: dict[str, str] | None
 ) -> tuple[list[str], list[str], list[str]]:
-    """The twin of :func:`plain_chunks` that the tests compare it with: ``blocks`` and ``chunk_document``."""
+    """:func:`plain_chunks` in Python (the compiled kernel's twin): ``blocks`` and ``chunk_document``."""
     parsed = blocks(text, content_type)
     chunks = chunk_document(text, content_type, max_chars=max_chars, keep_line=_keeper(known), parsed=parsed)
     return [b.plain for b in parsed], [c.original for c in chunks], [c.plain for c in chunks]
@@ -124,9 +127,10 @@ def _keeper(known: dict[str, str] | None) -> Callable[[str], bool] | None:
 
 
 def _line_parts(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None
+    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None, compiled: bool
 ) -> tuple[str, dict[str, str]]:
-    """Return the ASCII blocks of a text upsert joined (for a compiled call) and the lines of its other blocks.
+    """Return the ASCII blocks of a text upsert joined (for a ``compiled`` call) and the lines of its other blocks
+    (of all its blocks, when not ``compiled``).
 
     ``parsed`` is the plain text of its blocks, where the caller has them already. A document counts no lines
     where its upsert gives chunks or boilerplate is off.
@@ -139,7 +143,7 @@ def _line_parts(
     if parsed is None:
         parsed = [block.plain for block in blocks(event.text or "", event.content_type)]
     for plain in parsed:
-        if plain.isascii():
+        if compiled and plain.isascii():
             ascii_blocks.append(plain)
             continue
         for line in plain.split("\n"):
@@ -156,10 +160,11 @@ def document_lines(
 
     ``parsed`` is the plain text of the text's :func:`blocks`, where the caller has them already.
     """
-    text, found = _line_parts(event, params, parsed)
-    if text:
+    compiled = kernels.native()
+    text, found = _line_parts(event, params, parsed, compiled is not None)
+    if text and compiled is not None:
         # Compiled: the same keys and lines as the loop of _line_parts, for the ASCII blocks' lines in one call.
-        found.update(_native.line_hashes(text, params.boilerplate_max_line_chars))  # type: ignore[arg-type]  # ASCII
+        found.update(compiled.line_hashes(text, params.boilerplate_max_line_chars))
     return found
 
 
@@ -173,10 +178,14 @@ def line_update(
 
     ``(lines, added, removed, count)``: its lines' hashes sorted and packed (``pack_lines``), the packed
     ``(hash, line)`` of those not in ``old`` (``pack_added``), the hashes in ``old`` no longer among them (sorted),
-    and the number of its lines. Compiled; ``line_update_in_python`` is the twin.
+    and the number of its lines. Compiled where the kernels are; ``line_update_in_python`` is the Python
+    implementation.
     """
-    text, others = _line_parts(event, params, parsed)
-    found = _native.line_update(text, params.boilerplate_max_line_chars, list(others.items()), old)
+    compiled = kernels.native()
+    if compiled is None:
+        return line_update_in_python(event, params, parsed, old)
+    text, others = _line_parts(event, params, parsed, True)
+    found = compiled.line_update(text, params.boilerplate_max_line_chars, list(others.items()), old)
     assert found is not None  # the ASCII blocks only
     lines, added, removed, count = found
     return lines, added, tuple(removed), count
@@ -185,7 +194,7 @@ def line_update(
 def line_update_in_python(
     event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None, old: bytes
 ) -> _LineChange:
-    """The twin of :func:`line_update` that the tests compare it with."""
+    """:func:`line_update` in Python (the compiled kernel's twin, which the tests compare it with)."""
     lines = document_lines(event, params, parsed)
     ordered = sorted(lines)
     known = set(unpack_lines(old))
@@ -204,15 +213,19 @@ def source_refs(
     and original text) and the packed list of what the version tells the contents of either version
     (``SourceRefs.refs``), against ``old``, the hashes of the version before.
 
-    Compiled: each chunk normalized and hashed, and the list written, in one call (``refs_in_python`` is the twin).
+    Compiled where the kernels are: each chunk normalized and hashed, and the list written, in one call
+    (``refs_in_python`` is the Python implementation).
     """
-    return _native.source_refs(plains, originals, old, normalize)
+    compiled = kernels.native()
+    if compiled is None:
+        return refs_in_python(plains, originals, old)
+    return compiled.source_refs(plains, originals, old, normalize)  # type: ignore[no-any-return]
 
 
 def refs_in_python(
     plains: Sequence[str], originals: Sequence[str], old: Sequence[str]
 ) -> tuple[list[str], bytes]:
-    """The twin of :func:`source_refs` that the tests compare it with."""
+    """:func:`source_refs` in Python (the compiled kernel's twin, which the tests compare it with)."""
     norms = [normalize(plain) for plain in plains]
     hashes = [hashlib.sha256(n.encode("utf-8")).hexdigest() for n in norms]
     held = _positions_by_content(hashes)
@@ -414,7 +427,7 @@ class SourceStage:
             table.mark(event.source_id)
             if refs:
                 out.append(SourceRefs(event.source_id, record.version, record.attrs_seq, record.attrs, refs))
-        kept = _native.merge_statuses(record.chunks, record.statuses, [])  # those of contents it still holds
+        kept = merge_statuses(record.chunks, record.statuses, [])  # those of contents it still holds
         if kept is not None:
             record.statuses = kept
         return True
@@ -442,13 +455,13 @@ class SourceStage:
     @staticmethod
     def _take_statuses(table: Table[SourceRecord], source_id: str, lists: list[bytes]) -> None:
         """Keep what contents say of the source's positions that hold them: packed status lists, in the order they
-        came (compiled; ``merge_in_python`` is the twin). A source not live ignores them."""
+        came (:func:`merge_statuses`). A source not live ignores them."""
         if not lists:
             return
         record = table.get(source_id)
         if record is None or record.deleted:
             return
-        merged = _native.merge_statuses(record.chunks, record.statuses, lists)
+        merged = merge_statuses(record.chunks, record.statuses, lists)
         if merged is not None:
             record.statuses = merged
             table.mark(source_id)
@@ -457,9 +470,8 @@ class SourceStage:
         record = table.get(source_id)
         if record is None or record.deleted:
             return
-        # Compiled: the mapping, its fingerprints and, if they changed, its record's value, in one call
-        # (mapping_in_python).
-        found = _native.source_mapping(
+        # The mapping, its fingerprints and, if they changed, its record's value, in one call.
+        found = source_mapping(
             source_id,
             record.chunks,
             record.statuses,
@@ -489,6 +501,24 @@ class SourceStage:
 _Mapped = tuple[bytes, tuple[bytes, list[tuple[int, str]]] | None]
 
 
+def source_mapping(
+    source_id: str, chunks: Sequence[str], statuses: bytes, version: int, before: bytes, sent: bool
+) -> _Mapped | None:
+    """Return a source's mapping for ``version`` as :func:`mapping_in_python` says, compiled where the kernels are."""
+    compiled = kernels.native()
+    if compiled is None:
+        return mapping_in_python(source_id, chunks, statuses, version, before, sent)
+    return compiled.source_mapping(source_id, chunks, statuses, version, before, sent)  # type: ignore[no-any-return]
+
+
+def merge_statuses(chunks: Sequence[str], statuses: bytes, incoming: Sequence[bytes]) -> bytes | None:
+    """Take status lists into a source's statuses as :func:`merge_in_python` says, compiled where the kernels are."""
+    compiled = kernels.native()
+    if compiled is None:
+        return merge_in_python(chunks, statuses, incoming)
+    return compiled.merge_statuses(chunks, statuses, incoming)  # type: ignore[no-any-return]
+
+
 def mapping_in_python(
     source_id: str,
     chunks: Sequence[str],
@@ -497,7 +527,7 @@ def mapping_in_python(
     before: bytes,
     sent: bool,
 ) -> _Mapped | None:
-    """The twin of the compiled ``source_mapping`` that the tests compare it with.
+    """A source's mapping in Python (the compiled ``source_mapping``'s twin, which the tests compare it with).
 
     A source's mapping for ``version`` from its chunks and its contents' statuses (a packed status list): None
     until every content
@@ -523,7 +553,7 @@ def mapping_in_python(
 
 
 def merge_in_python(chunks: Sequence[str], statuses: bytes, incoming: Sequence[bytes]) -> bytes | None:
-    """The twin of the compiled ``merge_statuses`` that the tests compare it with.
+    """Status lists merged in Python (the compiled ``merge_statuses``' twin, which the tests compare it with).
 
     Take the packed status lists ``incoming`` into a source's ``statuses`` for its chunk list: a status is kept if
     its content is still in the list and it is newer, by (seq, version), than the one held; those of contents no
@@ -569,7 +599,7 @@ _PRINT = 8  # bytes of a mapping entry's fingerprint
 def _fingerprint(entry: MappingEntry) -> bytes:
     """A short digest of a mapping entry: the record keeps these, not the entries, of the last mapping sent.
 
-    The stage computes them with ``_native.mapping_prints``; this is its twin, which the tests compare it with.
+    The compiled ``source_mapping`` computes the same (``native/src/mapping.rs``), which the tests compare.
     """
     text = f"{entry.content_hash}\x00{entry.chunk_id}\x00{entry.relation}\x00{entry.jaccard!r}"
     return hashlib.blake2b(text.encode(), digest_size=_PRINT).digest()

@@ -16,6 +16,7 @@ import faust
 from faust.app.base import BootStrategy
 from faust.web import View
 
+from streamdedup.core import kernels
 from streamdedup.drivers.kafka.metrics import Metrics
 from streamdedup.drivers.kafka.partitions import PartitionStores
 from streamdedup.drivers.kafka.topics import TopicNames
@@ -60,6 +61,7 @@ def build_app(settings: Settings, stores: PartitionStores | None = None) -> tupl
         body = {
             "status": "recovering" if worker.recovering else "ok",
             "assigned": len(worker.stores.partitions),
+            "kernels": kernels.kind(),
         }
         return web.json(body, status=503 if worker.recovering else 200)
 
