@@ -7,7 +7,7 @@ OUT := out
 # pip builds the compiled kernels (native/, Rust) with cargo: rustup's, where rustup puts it.
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup example test lint chromium clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state \
+.PHONY: setup example test lint docs chromium clean bench bench-signatures bench-profile bench-engine bench-streaming bench-state \
 	bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-report
 
 $(STAMP): pyproject.toml constraints.txt native/Cargo.toml native/Cargo.lock native/src/*.rs native/src/*/*.rs
@@ -29,6 +29,10 @@ example: $(STAMP)
 ## Lint, type-check and run every test (the browser tests drive Debian's Chromium, installed when missing).
 test: lint $(STAMP) chromium
 	$(BIN)/pytest
+
+## Build the documentation site (docs/, mkdocs.yml) into out/site; a broken link or name fails the build.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir $(OUT)/site
 
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
