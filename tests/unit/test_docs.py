@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import itertools
 import os
 import re
 import shlex
@@ -144,6 +145,21 @@ def test_every_relative_link_and_anchor_resolves(path: Path) -> None:
     assert not problems, "\n".join(problems)
     if path in (README, DOCS / "index.md"):
         assert checked > 5, "the front pages link to the reference pages"
+
+
+@pytest.mark.parametrize("path", PAGES, ids=IDS[1:])
+def test_lists_and_tables_on_the_site_start_after_a_blank_line(path: Path) -> None:
+    # GitHub starts a list or a table right under a paragraph; Python-Markdown, which builds the site, reads on.
+    problems = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    fenced = False
+    for number, (before, line) in enumerate(itertools.pairwise(lines), 2):
+        if before.startswith("```"):
+            fenced = not fenced
+        starts = re.match(r"([-*] |\d+\. |\|)", line)
+        if not fenced and starts and before.strip() and not re.match(r"\s|[-*] |\d+\. |\||#", before):
+            problems.append(f"{path.relative_to(ROOT)}:{number}: {line[:40]!r} needs a blank line above")
+    assert not problems, "\n".join(problems)
 
 
 # (b) Python examples.
