@@ -8,7 +8,7 @@ OUT := out
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name '*.rs' -o -name Cargo.toml | grep -v target)
 
-.PHONY: setup example test test-native lint native-toolchain wheel chromium clean bench bench-signatures bench-profile \
+.PHONY: setup example test lint docs native-toolchain wheel chromium clean bench bench-signatures bench-profile \
 	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-report
 
 # Without cargo the package installs without its compiled kernels and runs its Python ones (the same results, slower).
@@ -47,6 +47,10 @@ wheel:
 	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir dist .
 	$(PYTHON) -c "import glob, zipfile; [w] = glob.glob('dist/streamdedup-*.whl'); names = zipfile.ZipFile(w).namelist(); \
 		assert any('/_native.' in n for n in names), w + ' has no compiled kernels: the build above says why'; print(w)"
+
+## Build the documentation site (docs/, mkdocs.yml) into out/site; a broken link or name fails the build.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --site-dir $(OUT)/site
 
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)

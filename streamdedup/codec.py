@@ -74,7 +74,7 @@ _SOURCE_ID_CHARS = 1024  # the contract's bound (design §4), not a setting
 class EventLimits:
     """Bounds on one input event; an event beyond any of them is dead-lettered, naming the bound.
 
-    ``Settings`` exposes each as ``STREAMDEDUP_MAX_EVENT_<NAME>`` (see README); these are the defaults.
+    ``Settings`` exposes each as ``STREAMDEDUP_MAX_EVENT_<NAME>`` (see docs/settings.md); these are the defaults.
     """
 
     #: Bytes of one event as it arrives (a file's bytes, for the folder feed).

@@ -139,7 +139,7 @@ def page(browser: Browser, console: str) -> Iterator[Page]:
 
 
 def screenshot(page: Page, name: str, tmp_path: Path) -> None:
-    """Save the page as out/screenshots/<name> (overwritten each run; README shows a copy) and under tmp_path."""
+    """Save the page as out/screenshots/<name> (overwritten each run; docs/images/ holds a copy) and under tmp_path."""
     IMAGES.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(tmp_path / name), full_page=True)
     shutil.copyfile(tmp_path / name, IMAGES / name)
