@@ -84,12 +84,6 @@ def best_of(function: Callable[[], Any], repeat: int = 3) -> float:
     return best
 
 
-def checks_per_new_text(messages: dict[str, int]) -> float:
-    """Return the candidate checks (``VerifyRequest``) per new text joining its bands (``BandJoin``) among a growth
-    window's messages counted by kind."""
-    return messages.get("VerifyRequest", 0) / max(messages.get("BandJoin", 0), 1)
-
-
 def time_stages(
     engine: Any, seconds: collections.Counter[str], each: Callable[[str, Any], None] | None = None
 ) -> None:

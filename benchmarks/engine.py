@@ -61,7 +61,6 @@ from typing import Any
 import streamdedup
 from benchmarks.common import (
     RESULTS,
-    checks_per_new_text,
     django_chunks,
     django_files,
     machine,
@@ -69,6 +68,7 @@ from benchmarks.common import (
     save,
     time_stages,
 )
+from benchmarks.report import checks_per_new_text
 from benchmarks.signatures import _bulk
 from streamdedup.core import kernels
 from streamdedup.core.engine import Engine

@@ -53,7 +53,7 @@ import msgspec
 import numpy as np
 
 from benchmarks.common import django_chunks, django_files, save
-from streamdedup.codec import decode_event
+from streamdedup.contract.codec import decode_event
 from streamdedup.core.chunking import chunk_document
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent

@@ -220,10 +220,10 @@ def timed_sink(directory: Path, dimensions: int, model: str, clock: Clock) -> An
 
 def timed_index(outputs: Path, index: Path, embedder: Any, reviews: Path) -> dict[str, Any]:
     """Index ``outputs`` into ``lancedb://index`` in this process, as ``streamdedup index --from`` does, timed."""
-    from streamdedup.codec import encode_output_line
+    from streamdedup.contract.codec import encode_output_line
     from streamdedup.index.writer import IndexWriter
+    from streamdedup.query.live_view import OutputFile
     from streamdedup.settings import Settings
-    from streamdedup.view import OutputFile
 
     settings = Settings()
     clock = Clock()
@@ -312,7 +312,7 @@ def main() -> None:
     if args.sources < 1:
         parser.error("--sources must be at least 1")
 
-    from streamdedup.embeddings import OnnxEmbedder
+    from streamdedup.index.embeddings import OnnxEmbedder
 
     folder = corpus()
     pages = common_pages(folder)

@@ -11,7 +11,12 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from benchmarks.common import checks_per_new_text
+
+def checks_per_new_text(messages: dict[str, int]) -> float:
+    """Return the candidate checks (``VerifyRequest``) per new text joining its bands (``BandJoin``) among a growth
+    window's messages counted by kind."""
+    return messages.get("VerifyRequest", 0) / max(messages.get("BandJoin", 0), 1)
+
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -43,7 +43,7 @@ from benchmarks.streaming import (
     start_broker,
     stop_broker,
 )
-from streamdedup.codec import encode_event
+from streamdedup.contract.codec import encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams

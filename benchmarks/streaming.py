@@ -49,7 +49,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.structs import TopicPartition
 
 from benchmarks.common import django_chunks, save
-from streamdedup.codec import encode_event
+from streamdedup.contract.codec import encode_event
 from streamdedup.core.messages import STAGES
 from streamdedup.core.model import SourceAttrs, UpsertEvent
 from streamdedup.drivers.kafka.admin import consumer_lag, ensure_topics
@@ -527,7 +527,7 @@ def _service_run(workers: int, values_for: Callable[[str], list[bytes]], root: P
 
 def _embedded(values: list[bytes], root: Path) -> dict[str, Any]:
     """Run the embedded engine in this process over ``values`` (input event bytes) as ``streamdedup run`` does."""
-    from streamdedup.codec import decode_event
+    from streamdedup.contract.codec import decode_event
     from streamdedup.core.engine import Engine
     from streamdedup.drivers.embedded import EmbeddedRunner
     from streamdedup.drivers.jsonl import FileSink

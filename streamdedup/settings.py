@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from streamdedup.codec import DEFAULT_LIMITS, EventLimits
+from streamdedup.contract.codec import DEFAULT_LIMITS, EventLimits
 from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
 from streamdedup.errors import ConfigurationError
 

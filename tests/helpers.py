@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import RefUpdate, SourceRefs, unpack_refs
 from streamdedup.core.model import InputEvent, SourceAttrs, UpsertEvent
-from streamdedup.core.view import View
+from streamdedup.core.output_view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.memory import MemoryStore
 

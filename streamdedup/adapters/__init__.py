@@ -1,4 +1,4 @@
-"""The query-time safety net (:mod:`streamdedup.retrieval`) inside retrieval frameworks.
+"""The query-time safety net (:mod:`streamdedup.query.safety_net`) inside retrieval frameworks.
 
 One module per framework, each importing only its own framework, installed as an extra:
 

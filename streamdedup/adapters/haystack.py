@@ -5,7 +5,7 @@ caller's ``principals`` can be given to each run (the component's own apply othe
 ``query_embedding`` that MMR needs along with every document's ``embedding``.
 
 >>> from haystack import Document
->>> from streamdedup.retrieval import MemoryLookup, SafetyNet
+>>> from streamdedup.query.safety_net import MemoryLookup, SafetyNet
 >>> lookup = MemoryLookup({"c1": {"text": "Reset it.", "acl": ["eng"], "canonical": {"source_id": "a"}}}, {})
 >>> docs = [Document(content="Reset it!", meta={"chunk_id": "c1"}, score=s) for s in (1.0, 2.0)]
 >>> screen = SafetyNetFilter(SafetyNet(lookup))
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from haystack import Document, component
 
-from streamdedup.retrieval import Hit, SafetyNet, chunk_id_in
+from streamdedup.query.safety_net import Hit, SafetyNet, chunk_id_in
 
 __all__ = ["SafetyNetFilter"]
 

@@ -4,10 +4,10 @@
 ``langchain-classic`` package) or any code that compresses documents; :func:`safety_net_runnable` is a
 ``RunnableLambda`` to pipe a retriever into, whose principals can change per call through the run's
 ``configurable``. LangChain documents carry no score: hits keep the retriever's order. They carry no embedding
-either, so a :class:`~streamdedup.retrieval.SafetyNet` with MMR cannot be used here.
+either, so a :class:`~streamdedup.query.safety_net.SafetyNet` with MMR cannot be used here.
 
 >>> from langchain_core.documents import Document
->>> from streamdedup.retrieval import MemoryLookup, SafetyNet
+>>> from streamdedup.query.safety_net import MemoryLookup, SafetyNet
 >>> lookup = MemoryLookup({"c1": {"text": "Reset it.", "acl": ["eng"], "canonical": {"source_id": "a"}}}, {})
 >>> compressor = SafetyNetCompressor(net=SafetyNet(lookup), principals=["eng"])
 >>> docs = [Document("Reset it!", metadata={"chunk_id": "c1"}), Document("Reset it.", metadata={"chunk_id": "c1"})]
@@ -28,7 +28,7 @@ from langchain_core.documents.compressor import BaseDocumentCompressor
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from pydantic import ConfigDict, Field, InstanceOf
 
-from streamdedup.retrieval import Hit, SafetyNet, chunk_id_in
+from streamdedup.query.safety_net import Hit, SafetyNet, chunk_id_in
 
 __all__ = ["PRINCIPALS_KEY", "SafetyNetCompressor", "safety_net_runnable", "screen_documents"]
 

@@ -9,7 +9,7 @@ The ``citations`` and ``source_ids`` added to a node's metadata are left out of 
 an embedding model, so a prompt does not grow with a popular passage's sources.
 
 >>> from llama_index.core.schema import NodeWithScore, TextNode
->>> from streamdedup.retrieval import MemoryLookup, SafetyNet
+>>> from streamdedup.query.safety_net import MemoryLookup, SafetyNet
 >>> lookup = MemoryLookup({"c1": {"text": "Reset it.", "acl": ["eng"], "canonical": {"source_id": "a"}}}, {})
 >>> nodes = [NodeWithScore(node=TextNode(text="Reset it!", metadata={"chunk_id": "c1"}), score=s) for s in (1, 2)]
 >>> kept = SafetyNetPostprocessor(net=SafetyNet(lookup), principals=["eng"]).postprocess_nodes(nodes)
@@ -25,7 +25,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import ConfigDict, Field, InstanceOf
 
-from streamdedup.retrieval import Hit, Kept, SafetyNet, chunk_id_in
+from streamdedup.query.safety_net import Hit, Kept, SafetyNet, chunk_id_in
 
 __all__ = ["SafetyNetPostprocessor"]
 

@@ -2,7 +2,7 @@
 
 The texts come from an input (a JSONL file of input events or a folder, cut into chunks by the engine's own
 stages) or from a state directory written by ``streamdedup run``, opened read-only, so a run may hold it at the
-same time. The computation is :mod:`streamdedup.calibration`'s; this module reads, draws and writes. The plots
+same time. The computation is :mod:`streamdedup.query.calibration`'s; this module reads, draws and writes. The plots
 need matplotlib, an optional dependency (the ``calibrate`` extra), imported only when the command runs.
 """
 
@@ -23,7 +23,17 @@ from rich.markup import escape
 from rich.progress import MofNCompleteColumn, TaskID
 from rich.table import Table
 
-from streamdedup.calibration import (
+from streamdedup.cli.progress import progress_bar
+from streamdedup.cli.run import feed_progress, input_feed
+from streamdedup.core.facts import fact_tokens
+from streamdedup.core.messages import Output
+from streamdedup.core.model import InputEvent
+from streamdedup.core.params import EngineParams, candidate_probability, describe_mismatch
+from streamdedup.core.policy import CanonicalPolicy
+from streamdedup.core.state import ContentRecord
+from streamdedup.drivers.feeds import cut_batches
+from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
+from streamdedup.query.calibration import (
     BIN_WIDTH,
     LOWEST_THRESHOLD,
     RULE,
@@ -38,16 +48,6 @@ from streamdedup.calibration import (
     pair_outcome,
     word_diff,
 )
-from streamdedup.cli.progress import progress_bar
-from streamdedup.cli.run import feed_progress, input_feed
-from streamdedup.core.facts import fact_tokens
-from streamdedup.core.messages import Output
-from streamdedup.core.model import InputEvent
-from streamdedup.core.params import EngineParams, candidate_probability, describe_mismatch
-from streamdedup.core.policy import CanonicalPolicy
-from streamdedup.core.state import ContentRecord
-from streamdedup.drivers.feeds import cut_batches
-from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
 from streamdedup.settings import Settings
 from streamdedup.store.base import PARAMS_KEY
 from streamdedup.store.rocksdb import read_only
@@ -143,7 +143,7 @@ def figures(result: Calibration) -> dict[str, Any]:
 
     corpus = result.corpus
     return {
-        "schema": "streamdedup.calibration/v1",
+        "schema": "streamdedup.query.calibration/v1",
         "threshold": params.threshold,
         "parameters": {
             "shingle_size": params.shingle_size,

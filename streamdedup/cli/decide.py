@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from streamdedup.core.records import review_key
-from streamdedup.decisions import EmbeddedDecisions, KafkaDecisions, check_decision, decision_event
 from streamdedup.drivers.kafka.admin import run as run_async
 from streamdedup.errors import ConfigurationError
+from streamdedup.review.decisions import EmbeddedDecisions, KafkaDecisions, check_decision, decision_event
 from streamdedup.settings import Settings
 
 __all__ = ["decide_command", "open_flag", "pair_of"]

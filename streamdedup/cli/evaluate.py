@@ -3,7 +3,7 @@
 The engine runs embedded over the input with its state in memory. The view of its outputs gives the live
 positions, the canonical chunks and the review flags; each live document is cut into its positions again as the
 ``source`` stage cut it, with the boilerplate lines its collection stripped at the time. The measuring is
-:mod:`streamdedup.evaluation`'s.
+:mod:`streamdedup.query.evaluation`'s.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from streamdedup.core.chunking import Chunk
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.core.model import UpsertEvent
+from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
 from streamdedup.core.stages.collection import CollectionStage, collection_key
 from streamdedup.core.state import CollectionRecord
-from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.feeds import Feed, FeedItem, run_feed
 from streamdedup.errors import StreamDedupError
-from streamdedup.evaluation import (
+from streamdedup.query.evaluation import (
     MAX_GENERATED_QUERIES,
     Evaluation,
     chunk_passages,

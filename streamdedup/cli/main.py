@@ -159,7 +159,7 @@ def run(
             settings, input, _state_dir(settings, state), out, err(), watch=watch, collection=collection
         )
         if index is not None:
-            from streamdedup.cli.index import index_command
+            from streamdedup.cli.indexing import index_command
 
             index_command(settings, index, None, Path(out), False, None, err())
 
@@ -209,7 +209,7 @@ def worker(
     loglevel: Annotated[str, typer.Option(help="Worker log level.")] = "info",
 ) -> None:
     """Run the streaming service: Faust agents over the Kafka topics (STREAMDEDUP_BROKER)."""
-    from streamdedup.cli.worker import worker_command
+    from streamdedup.cli.service import worker_command
 
     settings = _settings(ctx)
     if data_dir is not None:
@@ -232,7 +232,7 @@ def produce(
     ] = False,
 ) -> None:
     """Send input events to the documents topic, keyed by source_id; never stops on a bad line."""
-    from streamdedup.cli.kafka import produce_command
+    from streamdedup.cli.topic_io import produce_command
 
     _guard(lambda: produce_command(_settings(ctx), file, err(), skip_invalid=skip_invalid))
 
@@ -249,7 +249,7 @@ def tail(
     limit: Annotated[int | None, typer.Option(help="Stop after this many records.")] = None,
 ) -> None:
     """Print a topic's records as JSON lines, from the beginning."""
-    from streamdedup.cli.kafka import tail_command
+    from streamdedup.cli.topic_io import tail_command
 
     _guard(lambda: tail_command(_settings(ctx), topic, follow, limit))
 
@@ -280,7 +280,7 @@ def materialize(
         if from_ is not None or follow:
             err().print("[red]--from and --follow need --into DIR[/red]")
             raise typer.Exit(2)
-        from streamdedup.cli.kafka import materialize_command
+        from streamdedup.cli.topic_io import materialize_command
 
         _guard(lambda: materialize_command(_settings(ctx), out, err()))
         return
@@ -310,7 +310,7 @@ def index(
     ] = None,
 ) -> None:
     """Keep a vector database in step with the outputs: each distinct text embedded once, semantic flags raised."""
-    from streamdedup.cli.index import index_command
+    from streamdedup.cli.indexing import index_command
 
     if reviews is not None and from_ is None:
         err().print("[red]--reviews needs --from FILE (from the topics, flags go to the review topic)[/red]")
@@ -403,7 +403,7 @@ def review(
     ] = None,
 ) -> None:
     """Serve the review console: flags to decide, a calibration sample to judge, boilerplate lines."""
-    from streamdedup.cli.review import review_command
+    from streamdedup.cli.reviewing import review_command
 
     settings = _settings(ctx)
     _guard(lambda: review_command(settings, state, out, broker, host, port, by, sample, verdicts, err()))

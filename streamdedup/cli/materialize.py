@@ -1,4 +1,5 @@
-"""``streamdedup materialize --into DIR``: keep a local view (:mod:`streamdedup.view`) in step with the outputs.
+"""``streamdedup materialize --into DIR``: keep a local view (:mod:`~streamdedup.query.live_view`) in step with the
+outputs.
 
 The outputs are the ``canonical-chunks`` and ``source-mappings`` topics of a deployment, or an embedded run's JSONL
 output file (``--from FILE``). Without ``--follow`` the command stops once it has applied everything that was
@@ -19,11 +20,11 @@ from pathlib import Path
 from aiokafka import TopicPartition
 from rich.console import Console
 
-from streamdedup.core.view import COMPACTED_TOPICS
+from streamdedup.core.output_view import COMPACTED_TOPICS
 from streamdedup.drivers.kafka.admin import partitions_of, start_reader
 from streamdedup.drivers.kafka.topics import TopicNames
+from streamdedup.query.live_view import Applier, OutputFile, ViewWriter
 from streamdedup.settings import Settings
-from streamdedup.view import Applier, OutputFile, ViewWriter
 
 __all__ = ["materialize_into_command", "materialize_topics", "read_file", "stopping"]
 

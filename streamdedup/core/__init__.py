@@ -20,7 +20,7 @@ def __getattr__(name: str) -> Any:
 
         return Engine
     if name == "View":
-        from streamdedup.core.view import View
+        from streamdedup.core.output_view import View
 
         return View
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

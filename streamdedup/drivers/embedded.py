@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
+from streamdedup.contract.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output
 from streamdedup.core.model import InputEvent

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamdedup.codec import (
+from streamdedup.contract.codec import (
     DEFAULT_LIMITS,
     DOCUMENT_SCHEMA,
     EventLimits,

@@ -9,7 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
-from streamdedup.codec import DEFAULT_LIMITS, EventLimits, dead_letter, decode_event, encode_output_lines
+from streamdedup.contract.codec import (
+    DEFAULT_LIMITS,
+    EventLimits,
+    dead_letter,
+    decode_event,
+    encode_output_lines,
+)
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.core.model import InputEvent

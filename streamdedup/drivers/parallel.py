@@ -42,7 +42,7 @@ from typing import Any
 
 import msgspec
 
-from streamdedup.codec import dead_letter, encode_for_dead_letter, event_key
+from streamdedup.contract.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core import kernels
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output, router

@@ -7,31 +7,20 @@ is not the vector (:meth:`Sink.update_metadata`), delete rows, read them back, a
 only among the rows a caller may read: those whose ``acl`` holds ``"*"`` or one of the caller's principals.
 
 Every operation is idempotent: applying the same rows, updates or deletions again leaves the same rows, which is
-what lets the index writer repeat a batch after a crash. :func:`open_sink` opens a sink by URI; another database
-is another module implementing the protocol and one more scheme here.
-
->>> open_sink("qdrant://localhost:6333", 384)
-Traceback (most recent call last):
-...
-streamdedup.errors.ConfigurationError: unsupported index 'qdrant://localhost:6333': expected lancedb://DIR
+what lets the index writer repeat a batch after a crash. :func:`streamdedup.index.open_sink` opens a sink by URI;
+another database is another module implementing the protocol and one more scheme there.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from streamdedup.errors import ConfigurationError
-
-__all__ = ["SCHEMES", "Match", "Row", "Sink", "Vectors", "open_sink"]
-
-#: The URI schemes :func:`open_sink` knows.
-SCHEMES = ("lancedb",)
+__all__ = ["Match", "Row", "Sink", "Vectors"]
 
 #: Embeddings, one float32 row per text.
 Vectors = npt.NDArray[np.float32]
@@ -127,23 +116,3 @@ class Sink(Protocol):
     def close(self) -> None:
         """Release the database."""
         ...
-
-
-def open_sink(uri: str, dimensions: int, *, model: str | None = None) -> Sink:
-    """Open the sink a URI names, for vectors of ``dimensions``: ``lancedb://DIR`` is a LanceDB directory.
-
-    An existing table of vectors of another length, or of another ``model`` when one is given, is refused.
-    """
-    scheme, separator, rest = uri.partition("://")
-    if not separator or scheme not in SCHEMES:
-        raise ConfigurationError(
-            f"unsupported index {uri!r}: expected {' or '.join(s + '://DIR' for s in SCHEMES)}"
-        )
-    if not rest:
-        raise ConfigurationError(f"the index {uri!r} names no directory")
-    if dimensions < 1:
-        raise ConfigurationError(f"an index needs vectors of at least 1 dimension, not {dimensions}")
-    # Imported here so that a program that never opens a LanceDB sink never loads lancedb.
-    from streamdedup.index.lancedb import LanceDBSink  # noqa: PLC0415
-
-    return LanceDBSink(Path(rest).expanduser(), dimensions, model=model)

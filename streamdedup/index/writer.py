@@ -1,10 +1,11 @@
 """The index writer: keeps a vector database in step with the outputs, embedding each distinct text once.
 
-:class:`IndexWriter` takes output records in their order, as :meth:`streamdedup.view.ViewWriter.apply` does, and
-keeps two things in step with them: a view in its directory (the layout of ``materialize --into``, so the view's
-readers and :class:`~streamdedup.retrieval.SafetyNet` can use it), and a :class:`~streamdedup.index.sink.Sink`
-holding one row per live chunk: the chunk's text, its vector, every source (``source_ids``, complete: a chunk
-record lists at most 100 sources, the view has them all), its readers, the canonical source's ``modified_at``.
+:class:`IndexWriter` takes output records in their order, as :meth:`streamdedup.query.live_view.ViewWriter.apply`
+does, and keeps two things in step with them: a view in its directory (the layout of ``materialize --into``, so the
+view's readers and :class:`~streamdedup.query.safety_net.SafetyNet` can use it), and a
+:class:`~streamdedup.index.sink.Sink` holding one row per live chunk: the chunk's text, its vector, every source
+(``source_ids``, complete: a chunk record lists at most 100 sources, the view has them all), its readers, the
+canonical source's ``modified_at``.
 
 **What a batch does to a chunk.** A chunk is touched by a batch when a ``canonical-chunks`` record names it, or a
 ``source-mappings`` record names it in its new value or in the source's previous mapping. A touched chunk that is
@@ -15,15 +16,15 @@ ever embedded, from the embedder otherwise: so the embedder sees each distinct t
 and an ACL change, a replayed record or a text that comes back after its deletion costs no embedding.
 
 **Order of writes, and crashes.** For each batch: (1) the view's changes are staged, not written
-(:meth:`~streamdedup.view.ViewWriter.stage`); (2) texts never embedded are embedded, in one call, and their vectors
-written to the cache at once (one write batch of their own); (3) the sink is written: rows with vectors, then
-metadata-only updates, then deletions; (4) semantic neighbours are searched, and the flags handed to the caller's
-``deliver``; (5) the view's changes, the read position and the counters are committed in one RocksDB write batch.
-A process killed at any moment restarts from the stored position with the view as it was before the batch, and
-applies the batch again: the cache holds every vector the sink received, so nothing is embedded twice (except a
-text whose embedding returned in the instant before the process died and before its cache write), and each sink
-operation is decided against the row the sink holds, so what the first attempt already wrote is not written again
-and what it left undone is done.
+(:meth:`~streamdedup.query.live_view.ViewWriter.stage`); (2) texts never embedded are embedded, in one call, and
+their vectors written to the cache at once (one write batch of their own); (3) the sink is written: rows with
+vectors, then metadata-only updates, then deletions; (4) semantic neighbours are searched, and the flags handed to
+the caller's ``deliver``; (5) the view's changes, the read position and the counters are committed in one RocksDB
+write batch. A process killed at any moment restarts from the stored position with the view as it was before the
+batch, and applies the batch again: the cache holds every vector the sink received, so nothing is embedded twice
+(except a text whose embedding returned in the instant before the process died and before its cache write), and each
+sink operation is decided against the row the sink holds, so what the first attempt already wrote is not written
+again and what it left undone is done.
 
 The chunks a batch touches are computed from the committed view's mappings and the batch's records, also on a
 replay, where the view knows nothing of the interrupted attempt. That is right: the interrupted attempt staged the
@@ -63,11 +64,11 @@ from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.records import review_key, review_value
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set
-from streamdedup.embeddings import Embedder
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
+from streamdedup.index.embeddings import Embedder
 from streamdedup.index.sink import Match, Row, Sink, Vectors
-from streamdedup.retrieval import ChunkLookup, Hit, Kept, SafetyNet
-from streamdedup.view import Pending, Record, ViewWriter
+from streamdedup.query.live_view import Pending, Record, ViewWriter
+from streamdedup.query.safety_net import ChunkLookup, Hit, Kept, SafetyNet
 
 __all__ = ["BatchReport", "IndexCounters", "IndexWriter"]
 
@@ -336,7 +337,7 @@ class IndexWriter:
         """Return the ``k`` chunks nearest to ``query_text`` that a caller holding ``principals`` may read.
 
         The query is embedded with the writer's embedder (not counted, not cached), the sink searched among the
-        rows the caller may read, and the hits passed through :class:`~streamdedup.retrieval.SafetyNet` over the
+        rows the caller may read, and the hits passed through :class:`~streamdedup.query.safety_net.SafetyNet` over the
         writer's view: each chunk once, its text the canonical text, cited with every source the caller can read.
         """
         if isinstance(principals, str):

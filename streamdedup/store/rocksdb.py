@@ -17,7 +17,7 @@ import rocksdict
 from streamdedup.core.params import DEFAULT_STATE_CACHE_MB
 from streamdedup.errors import StateError
 from streamdedup.store.base import FAMILIES, Changes
-from streamdedup.store.records import RecordCache, fill_write_batch, new_record_cache
+from streamdedup.store.record_cache import RecordCache, fill_write_batch, new_record_cache
 
 __all__ = ["RocksDBStore", "read_only", "record_cache", "refuse_shards", "shard_count"]
 
@@ -49,7 +49,7 @@ _ZSTD_DICT_BYTES = 64 * 1024
 _ZSTD_TRAIN_BYTES = 16 * _ZSTD_DICT_BYTES
 
 
-# The content stage's keys are read through a record cache (`streamdedup.store.records`): the values a
+# The content stage's keys are read through a record cache (`streamdedup.store.record_cache`): the values a
 # process last read or wrote, bounded in bytes. The block cache does not keep a grown state's records: keys are
 # hashes, so each compaction rewrites the whole bottom level and the cached blocks go with their files. A record of
 # the content stage is read again when a later text is a copy or a candidate of it, a key of the others mostly not:

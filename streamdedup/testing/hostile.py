@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from streamdedup.codec import DEFAULT_LIMITS, EventLimits, encode_event
+from streamdedup.contract.codec import DEFAULT_LIMITS, EventLimits, encode_event
 from streamdedup.core.model import ContentType, InputEvent, UpsertEvent
-from streamdedup.testing.feeds import ParagraphPool, random_feed
+from streamdedup.testing.random_feeds import ParagraphPool, random_feed
 
 __all__ = ["HOSTILE_KINDS", "FeedLine", "hostile_line", "mixed_feed", "mutate", "valid_event_data"]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from streamdedup.core.facts import fact_conflict
 from streamdedup.core.model import EVERYONE, covered, union_readers
+from streamdedup.core.output_view import View
 from streamdedup.core.shingles import jaccard
-from streamdedup.core.view import View
 from streamdedup.testing.reference import LiveSource
 
 __all__ = ["check_invariants"]

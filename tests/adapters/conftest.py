@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.codec import decode_event
+from streamdedup.contract.codec import decode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import UpsertEvent
 from streamdedup.core.params import EngineParams
@@ -23,8 +23,8 @@ from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.feeds import run_feed
 from streamdedup.drivers.jsonl import FileSink, JsonlFeed
 from streamdedup.errors import InvalidEventError
+from streamdedup.query.live_view import View, build_view
 from streamdedup.store.memory import MemoryStore
-from streamdedup.view import View, build_view
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
 

@@ -14,7 +14,7 @@ from haystack.document_stores.in_memory import InMemoryDocumentStore
 
 from streamdedup.adapters.haystack import SafetyNetFilter
 from streamdedup.errors import ConfigurationError
-from streamdedup.retrieval import MMR, MemoryLookup, SafetyNet
+from streamdedup.query.safety_net import MMR, MemoryLookup, SafetyNet
 from tests.adapters.conftest import CLI_SETUP, HELP_COPIES, HELP_QUERY, README, Passage
 
 

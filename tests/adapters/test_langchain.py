@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from streamdedup.adapters.langchain import SafetyNetCompressor, safety_net_runnable
 from streamdedup.errors import ConfigurationError
-from streamdedup.retrieval import MMR, SafetyNet
+from streamdedup.query.safety_net import MMR, SafetyNet
 from tests.adapters.conftest import CLI_SETUP, HELP_COPIES, HELP_QUERY, README, Passage
 
 

@@ -20,7 +20,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
 from streamdedup.adapters.llamaindex import SafetyNetPostprocessor
-from streamdedup.retrieval import MMR, MemoryLookup, SafetyNet
+from streamdedup.query.safety_net import MMR, MemoryLookup, SafetyNet
 from tests.adapters.conftest import CLI_SETUP, HELP_COPIES, HELP_QUERY, README, Passage
 
 

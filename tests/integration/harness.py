@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaProducer
 
-from streamdedup.cli.kafka import materialize
-from streamdedup.codec import encode_event
+from streamdedup.cli.topic_io import materialize
+from streamdedup.contract.codec import encode_event
 from streamdedup.core.messages import STAGES
 from streamdedup.core.model import InputEvent
-from streamdedup.core.view import View
+from streamdedup.core.output_view import View
 from streamdedup.drivers.kafka.admin import consumer_lag, ensure_topics, read_to_end
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.settings import Settings

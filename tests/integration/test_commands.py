@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from streamdedup.core.messages import Output
-from streamdedup.core.view import View
-from streamdedup.view import View as LocalView
+from streamdedup.core.output_view import View
+from streamdedup.query.live_view import View as LocalView
 from tests.helpers import embedded_review_keys, run_embedded, unflagged
 from tests.integration.test_service import EXAMPLE, example_events
 

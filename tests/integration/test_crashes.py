@@ -19,7 +19,7 @@ from streamdedup.core.messages import RefUpdate
 from streamdedup.core.model import DeleteEvent, InputEvent
 from streamdedup.drivers.kafka.admin import read_to_end
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
-from streamdedup.testing.feeds import random_feed
+from streamdedup.testing.random_feeds import random_feed
 from tests.helpers import embedded_review_keys, ref_updates, run_embedded, unflagged, upsert
 from tests.integration.conftest import BROKER_SCRIPT, RESTART_PORTS, free_pair
 from tests.integration.harness import Deployment

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from streamdedup.codec import decode_event
+from streamdedup.contract.codec import decode_event
 from streamdedup.core.model import DecisionEvent
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, decisions_in_force, live_sources

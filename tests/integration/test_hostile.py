@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.codec import EventLimits, decode_event, encode_event
+from streamdedup.contract.codec import EventLimits, decode_event, encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.params import EngineParams
 from streamdedup.testing.hostile import HOSTILE_KINDS, mixed_feed

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from streamdedup.core.model import AclEvent, DeleteEvent
-from streamdedup.core.view import View
+from streamdedup.core.output_view import View
 from streamdedup.index.lancedb import LanceDBSink
 from tests.helpers import upsert
 from tests.integration.harness import REPO, Deployment

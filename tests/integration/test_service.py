@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.codec import decode_event
+from streamdedup.contract.codec import decode_event
 from streamdedup.core import kernels
 from streamdedup.core.messages import STAGES
 from streamdedup.core.model import DeleteEvent
-from streamdedup.testing.feeds import random_feed
 from streamdedup.testing.invariants import check_invariants
+from streamdedup.testing.random_feeds import random_feed
 from streamdedup.testing.reference import Reference, live_sources
 from tests.helpers import run_embedded, upsert
 from tests.integration.harness import Deployment
@@ -163,7 +163,7 @@ def test_poison_inputs_go_to_the_dlq_and_the_rest_is_processed(deployment, engin
     records = [(e.source_id.encode(), None) for e in good]
     mixed = []
     for i, event in enumerate(good):
-        from streamdedup.codec import encode_event
+        from streamdedup.contract.codec import encode_event
 
         mixed.append((records[i][0], encode_event(event)))
         if i < len(poison):

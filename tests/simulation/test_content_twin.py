@@ -10,13 +10,13 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdedup.codec import encode_output_line
+from streamdedup.contract.codec import encode_output_line
 from streamdedup.core.engine import Engine
 from streamdedup.core.params import EngineParams
 from streamdedup.core.stages.content import ContentStage, ContentStageInPython
 from streamdedup.core.state import ContentIds, ContentRecord, RefEntry
 from streamdedup.drivers.simulation import SimulationDriver
-from streamdedup.testing.feeds import ParagraphPool, random_feed, with_decisions
+from streamdedup.testing.random_feeds import ParagraphPool, random_feed, with_decisions
 
 PARAMS = (
     EngineParams(),

@@ -10,17 +10,17 @@ import random
 
 import pytest
 
-from streamdedup.codec import encode_output_line
+from streamdedup.contract.codec import encode_output_line
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Info, VerifyResult
 from streamdedup.core.model import SourceAttrs, UpsertEvent
+from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
-from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.simulation import SimulationDriver
 from streamdedup.store.memory import MemoryStore
-from streamdedup.testing.feeds import ParagraphPool, random_feed, with_decisions
 from streamdedup.testing.invariants import check_invariants
+from streamdedup.testing.random_feeds import ParagraphPool, random_feed, with_decisions
 from streamdedup.testing.reference import Reference, decisions_in_force, live_sources
 from tests.helpers import run_embedded, unflagged
 

@@ -21,12 +21,12 @@ from streamdedup.core.model import (
     SourceAttrs,
     UpsertEvent,
 )
+from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
-from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.memory import MemoryStore
-from streamdedup.testing.feeds import ACLS, ParagraphPool, pair_decision, preference
 from streamdedup.testing.invariants import check_invariants
+from streamdedup.testing.random_feeds import ACLS, ParagraphPool, pair_decision, preference
 from streamdedup.testing.reference import Reference, decisions_in_force, live_sources
 
 ENGINE = Engine(EngineParams())

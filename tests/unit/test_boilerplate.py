@@ -8,20 +8,20 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
-from streamdedup.codec import encode_event
+from streamdedup.contract.codec import encode_event
 from streamdedup.core import _native, markup
 from streamdedup.core.engine import Engine
 from streamdedup.core.markup import blocks
 from streamdedup.core.model import DecisionEvent, SourceAttrs, UpsertEvent
 from streamdedup.core.normalize import normalize
+from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
 from streamdedup.core.stages.collection import line_hash
 from streamdedup.core.stages.source import document_lines, line_update, line_update_in_python
 from streamdedup.core.state import pack_lines, unpack_added, unpack_lines
-from streamdedup.core.view import View
-from streamdedup.decisions import decision_event, parse_decision
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.simulation import SimulationDriver
+from streamdedup.review.decisions import decision_event, parse_decision
 from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, live_sources_in_store

@@ -12,7 +12,17 @@ import msgspec
 import pytest
 from typer.testing import CliRunner
 
-from streamdedup.calibration import (
+from streamdedup.cli.main import app
+from streamdedup.contract.codec import encode_event
+from streamdedup.core.engine import Engine
+from streamdedup.core.facts import fact_tokens
+from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent
+from streamdedup.core.normalize import normalize
+from streamdedup.core.params import EngineParams, candidate_probability
+from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.drivers.feeds import run_feed
+from streamdedup.drivers.jsonl import JsonlFeed
+from streamdedup.query.calibration import (
     GRID,
     Calibration,
     calibrate,
@@ -22,16 +32,6 @@ from streamdedup.calibration import (
     thresholds,
     word_diff,
 )
-from streamdedup.cli.main import app
-from streamdedup.codec import encode_event
-from streamdedup.core.engine import Engine
-from streamdedup.core.facts import fact_tokens
-from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent
-from streamdedup.core.normalize import normalize
-from streamdedup.core.params import EngineParams, candidate_probability
-from streamdedup.drivers.embedded import EmbeddedRunner
-from streamdedup.drivers.feeds import run_feed
-from streamdedup.drivers.jsonl import JsonlFeed
 from streamdedup.store.memory import MemoryStore
 from streamdedup.store.rocksdb import RocksDBStore
 from tests.helpers import upsert
@@ -561,4 +561,6 @@ def test_a_directory_that_is_not_a_state_is_refused(tmp_path):
 
 
 def test_calibrate_help_imports_neither_the_engine_nor_matplotlib():
-    assert _loaded_after(["calibrate", "--help"], ("matplotlib", "numpy", "streamdedup.calibration")) == []
+    assert (
+        _loaded_after(["calibrate", "--help"], ("matplotlib", "numpy", "streamdedup.query.calibration")) == []
+    )

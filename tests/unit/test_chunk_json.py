@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdedup.codec import encode_output_line
+from streamdedup.contract.codec import encode_output_line
 from streamdedup.core import _native
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent

@@ -4,10 +4,10 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
-from streamdedup.codec import encode_event
+from streamdedup.contract.codec import encode_event
 from streamdedup.core.messages import Output
 from streamdedup.core.model import DeleteEvent
-from streamdedup.core.view import View
+from streamdedup.core.output_view import View
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
 runner = CliRunner()

@@ -1,8 +1,8 @@
 from streamdedup.core.clustering import decide, split_reason
 from streamdedup.core.messages import Info, Output
 from streamdedup.core.model import Rank
+from streamdedup.core.output_view import View
 from streamdedup.core.policy import CanonicalPolicy
-from streamdedup.core.view import View
 
 POLICY = CanonicalPolicy(("authority", "modified_at", "length", "source_id"))
 ME = Rank(0, 5, 100, "me", "m")

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.codec import (
+from streamdedup.contract.codec import (
     EventLimits,
     decode_event,
     encode_event,
@@ -216,7 +216,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
 
 
 def test_anything_else_that_fails_while_decoding_is_an_invalid_event(monkeypatch):
-    import streamdedup.codec as codec
+    import streamdedup.contract.codec as codec
 
     def explode(data, limits):
         raise MemoryError("no room")

@@ -14,10 +14,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from typer.testing import CliRunner
 
-from streamdedup.calibration import VerifiedPair
 from streamdedup.cli.main import app as cli
-from streamdedup.console.app import ConsoleConfig, create_app
-from streamdedup.console.data import (
+from streamdedup.core.messages import Output
+from streamdedup.core.params import EngineParams
+from streamdedup.errors import StateError, StreamDedupError
+from streamdedup.query.calibration import VerifiedPair
+from streamdedup.review.console.data import (
     ConsoleData,
     differing_facts,
     line_subject,
@@ -26,9 +28,9 @@ from streamdedup.console.data import (
     pair_subject,
     similarity_of,
 )
-from streamdedup.console.feeds import OutputFileFeed
-from streamdedup.console.reader import StateReader
-from streamdedup.console.stats import (
+from streamdedup.review.console.output_feeds import OutputFileFeed
+from streamdedup.review.console.reader import StateReader
+from streamdedup.review.console.stats import (
     Verdict,
     draw_sample,
     guard_tally,
@@ -36,10 +38,8 @@ from streamdedup.console.stats import (
     suggest_threshold,
     wilson_interval,
 )
-from streamdedup.console.verdicts import VerdictFile
-from streamdedup.core.messages import Output
-from streamdedup.core.params import EngineParams
-from streamdedup.errors import StateError, StreamDedupError
+from streamdedup.review.console.verdicts import VerdictFile
+from streamdedup.review.console.web import ConsoleConfig, create_app
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
 PARAMS = EngineParams()

@@ -12,15 +12,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from streamdedup.codec import decode_event, encode_event
+from streamdedup.contract.codec import decode_event, encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.core.model import DecisionEvent, DeleteEvent
+from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
-from streamdedup.core.view import View
-from streamdedup.decisions import DecisionRefused, check_decision, decision_event, parse_decision
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.errors import InvalidEventError
+from streamdedup.review.decisions import DecisionRefused, check_decision, decision_event, parse_decision
 from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.invariants import check_invariants
 from streamdedup.testing.reference import Reference, decisions_in_force, live_sources

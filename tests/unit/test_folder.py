@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
 from streamdedup.core.messages import Output
-from streamdedup.core.view import View
+from streamdedup.core.output_view import View
 
 PARAGRAPH = (
     "The deployment guide explains how the service is rolled out to every region with a canary first and the "

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.codec import EventLimits, decode_event, encode_event
+from streamdedup.contract.codec import EventLimits, decode_event, encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
+from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
-from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.feeds import run_feed
 from streamdedup.drivers.jsonl import JsonlFeed

@@ -12,7 +12,7 @@ from streamdedup.cli.main import app
 from streamdedup.core.normalize import normalize
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.index.lancedb import LanceDBSink
-from streamdedup.view import View
+from streamdedup.query.live_view import View
 
 runner = CliRunner()
 # Two ways to say one thing: few shared 5-word shingles, nearly the same meaning.
@@ -114,7 +114,7 @@ def test_run_with_index_writes_the_index_after_the_run(feed: Path, tmp_path: Pat
 def test_the_metrics_count_what_each_batch_did():
     from prometheus_client import generate_latest
 
-    from streamdedup.cli.index import IndexMetrics
+    from streamdedup.cli.indexing import IndexMetrics
     from streamdedup.index.writer import IndexCounters
 
     metrics = IndexMetrics(None)

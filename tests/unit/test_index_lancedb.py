@@ -12,8 +12,9 @@ import pyarrow as pa
 import pytest
 
 from streamdedup.errors import ConfigurationError, StateMismatchError
+from streamdedup.index import open_sink
 from streamdedup.index.lancedb import TABLE, LanceDBSink
-from streamdedup.index.sink import Row, Sink, open_sink
+from streamdedup.index.sink import Row, Sink
 
 D = 8
 # Principals and ids that a SQL literal written carelessly would end early, escape, or widen.

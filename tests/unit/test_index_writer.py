@@ -19,28 +19,29 @@ import numpy as np
 import pytest
 from jsonschema import Draft202012Validator
 
-from streamdedup.codec import decode_event
+from streamdedup.contract.codec import decode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.core.model import DeleteEvent
 from streamdedup.core.normalize import content_hash, normalize, words
+from streamdedup.core.output_view import View as Fold
 from streamdedup.core.shingles import jaccard
-from streamdedup.core.view import View as Fold
-from streamdedup.decisions import decision_event, parse_decision
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.feeds import run_feed
 from streamdedup.drivers.jsonl import JsonlFeed
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
+from streamdedup.index import open_sink
 from streamdedup.index.lancedb import LanceDBSink
-from streamdedup.index.sink import Row, Sink, open_sink
+from streamdedup.index.sink import Row, Sink
 from streamdedup.index.writer import IndexWriter
-from streamdedup.retrieval import readable
+from streamdedup.query.live_view import OutputFile, ViewWriter
+from streamdedup.query.safety_net import readable
+from streamdedup.review.decisions import decision_event, parse_decision
 from streamdedup.store.memory import MemoryStore
-from streamdedup.view import OutputFile, ViewWriter
 from tests.helpers import upsert
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
-SCHEMAS = Path(__file__).parents[2] / "streamdedup" / "schemas"
+SCHEMAS = Path(__file__).parents[2] / "streamdedup" / "contract" / "schemas"
 REFUNDS, README, CLI_SETUP = "web:help/refunds", "github:acme/cli/README.md", "confluence:eng/cli-setup"
 
 Record = tuple[str, str, bytes | None]
@@ -734,7 +735,7 @@ def test_the_writer_loads_lancedb_only_when_a_lancedb_sink_is_opened(tmp_path: P
         "import sys\n"
         "import streamdedup.index, streamdedup.index.sink, streamdedup.index.writer\n"
         "before = sorted(m for m in sys.modules if m.split('.')[0] in ('lancedb', 'pyarrow'))\n"
-        "streamdedup.index.sink.open_sink(sys.argv[1], 4)\n"
+        "streamdedup.index.open_sink(sys.argv[1], 4)\n"
         "print(before, 'lancedb' in sys.modules)\n"
     )
     uri = f"lancedb://{tmp_path / 'lance'}"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdedup.codec import decode_event, encode_output_line
+from streamdedup.contract.codec import decode_event, encode_output_line
 from streamdedup.core import kernels
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import InputEvent, SourceAttrs, UpsertEvent
@@ -25,7 +25,7 @@ from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.simulation import SimulationDriver
 from streamdedup.store.base import FAMILIES
 from streamdedup.store.memory import MemoryStore
-from streamdedup.testing.feeds import ParagraphPool, random_feed, with_decisions
+from streamdedup.testing.random_feeds import ParagraphPool, random_feed, with_decisions
 
 ROOT = Path(__file__).parents[2]
 CHOSEN = os.environ.get("STREAMDEDUP_KERNELS", "auto")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 def test_core_imports_no_kafka_faust_or_rocksdb():
     code = (
-        "import sys, streamdedup.core, streamdedup.core.engine, streamdedup.core.stages, streamdedup.core.view; "
+        "import sys, streamdedup.core, streamdedup.core.engine, streamdedup.core.stages, streamdedup.core.output_view; "
         "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('faust', 'aiokafka', 'rocksdict', 'mode', 'kafka'))))"
     )

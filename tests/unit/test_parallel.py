@@ -5,11 +5,11 @@ import random
 
 import pytest
 
-from streamdedup.codec import encode_output_line
+from streamdedup.contract.codec import encode_output_line
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output, router, split
+from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
-from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner, run_to_quiescence
 from streamdedup.drivers.jsonl import opened_state
 from streamdedup.drivers.parallel import ParallelRunner
@@ -18,8 +18,8 @@ from streamdedup.settings import Settings
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
 from streamdedup.store.rocksdb import RocksDBStore, read_only, shard_count
-from streamdedup.testing.feeds import random_feed
 from streamdedup.testing.invariants import check_invariants
+from streamdedup.testing.random_feeds import random_feed
 from streamdedup.testing.reference import Reference, live_sources
 
 PARAMS = EngineParams()

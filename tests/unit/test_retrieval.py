@@ -15,7 +15,16 @@ from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.feeds import run_feed
 from streamdedup.drivers.jsonl import FileSink, JsonlFeed
 from streamdedup.errors import ConfigurationError
-from streamdedup.retrieval import MMR, Citation, Hit, MemoryLookup, SafetyNet, chunk_id_in, mmr, readable
+from streamdedup.query.safety_net import (
+    MMR,
+    Citation,
+    Hit,
+    MemoryLookup,
+    SafetyNet,
+    chunk_id_in,
+    mmr,
+    readable,
+)
 from streamdedup.store.memory import MemoryStore
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
@@ -300,7 +309,7 @@ def example_outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_memory_lookup_answers_as_the_view_does(example_outputs, tmp_path):
-    from streamdedup.view import build_view
+    from streamdedup.query.live_view import build_view
 
     lookup = MemoryLookup.from_outputs(json.loads(line) for line in example_outputs.read_text().splitlines())
     with build_view(example_outputs, tmp_path / "view") as view:
@@ -316,7 +325,7 @@ def test_memory_lookup_answers_as_the_view_does(example_outputs, tmp_path):
 
 def test_importing_the_safety_net_imports_no_framework_and_no_numpy():
     code = (
-        "import sys, streamdedup.retrieval; "
+        "import sys, streamdedup.query.safety_net; "
         "print(sorted(m for m in ('langchain_core', 'llama_index', 'haystack', 'numpy', 'rocksdict') "
         "if m in sys.modules))"
     )

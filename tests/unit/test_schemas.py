@@ -10,18 +10,18 @@ from referencing import Registry, Resource
 from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
-from streamdedup.codec import encode_event, encode_output_line
+from streamdedup.contract.codec import encode_event, encode_output_line
 from streamdedup.core.messages import Output
 from streamdedup.core.model import AclEvent, DeleteEvent
-from streamdedup.decisions import decision_event, parse_decision
 from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.review.decisions import decision_event, parse_decision
 from streamdedup.store.memory import MemoryStore
 from tests.helpers import run_embedded, upsert
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
 SCHEMAS = {
     p.name: json.loads(p.read_text())
-    for p in resources.files("streamdedup").joinpath("schemas").iterdir()
+    for p in resources.files("streamdedup").joinpath("contract", "schemas").iterdir()
     if p.name.endswith(".json")
 }
 REGISTRY = Registry().with_resources(

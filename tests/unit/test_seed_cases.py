@@ -7,9 +7,9 @@ from streamdedup.core.facts import fact_conflict
 from streamdedup.core.messages import VerifyRequest
 from streamdedup.core.model import AclEvent, DeleteEvent
 from streamdedup.core.normalize import content_hash, normalize
+from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
 from streamdedup.core.records import review_key
-from streamdedup.core.view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.invariants import check_invariants

@@ -13,11 +13,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
-from streamdedup.codec import encode_event, event_key
+from streamdedup.contract.codec import encode_event, event_key
 from streamdedup.core.messages import STAGES
 from streamdedup.core.model import InputEvent
+from streamdedup.core.output_view import OUTPUT_TOPICS
 from streamdedup.core.params import describe_mismatch
-from streamdedup.core.view import OUTPUT_TOPICS
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames, topic_config
 from streamdedup.errors import ConfigurationError, StateMismatchError, StreamDedupError
 from streamdedup.settings import Settings

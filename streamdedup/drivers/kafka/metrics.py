@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 from streamdedup.core.messages import Output
 
 if TYPE_CHECKING:
-    from streamdedup.store.records import RecordCache
+    from streamdedup.store.record_cache import RecordCache
 
 __all__ = ["Metrics"]
 

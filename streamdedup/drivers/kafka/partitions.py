@@ -33,7 +33,7 @@ from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
 from streamdedup.drivers.kafka.changelog import AppliedCall, Replay
 from streamdedup.errors import StateError
 from streamdedup.store.base import Changes, Transaction, check_params
-from streamdedup.store.records import RecordCache
+from streamdedup.store.record_cache import RecordCache
 from streamdedup.store.rocksdb import RocksDBStore, record_cache, shared_cache
 
 __all__ = ["PartitionStore", "PartitionStores", "RecoveryReport", "recover"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streamdedup.core.messages import STAGES
-from streamdedup.core.view import COMPACTED_TOPICS, OUTPUT_TOPICS
+from streamdedup.core.output_view import COMPACTED_TOPICS, OUTPUT_TOPICS
 
 __all__ = ["TopicNames", "topic_config"]
 

@@ -44,12 +44,12 @@ import mode
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
-from streamdedup.codec import decode_event, encode_for_dead_letter, encode_output_value, event_key
+from streamdedup.contract.codec import decode_event, encode_for_dead_letter, encode_output_value, event_key
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message, Output
 from streamdedup.core.model import InputEvent
+from streamdedup.core.output_view import OUTPUT_TOPICS
 from streamdedup.core.partitioning import partition_for
-from streamdedup.core.view import OUTPUT_TOPICS
 from streamdedup.drivers.collector import collector_paused
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.drivers.kafka.changelog import headers as call_headers

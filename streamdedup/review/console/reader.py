@@ -16,12 +16,12 @@ import msgspec
 import rocksdict
 from rich.console import Console
 
-from streamdedup.calibration import Corpus, VerifiedPair, candidate_pairs, verify_pairs
 from streamdedup.cli.calibrate import read_state_corpus
 from streamdedup.core.params import EngineParams
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.stages.collection import collection_key, line_hash, line_key
 from streamdedup.core.state import CollectionRecord, ContentRecord, LineRecord
+from streamdedup.query.calibration import Corpus, VerifiedPair, candidate_pairs, verify_pairs
 from streamdedup.store.rocksdb import read_only
 
 __all__ = ["BoilerplateLine", "CollectionLines", "StateReader"]

@@ -24,18 +24,18 @@ from rich.table import Table
 
 from streamdedup.cli.materialize import materialize_topics, read_file
 from streamdedup.cli.progress import progress_bar
-from streamdedup.codec import encode_output_lines, encode_output_value
+from streamdedup.contract.codec import encode_output_lines, encode_output_value
 from streamdedup.core.messages import Output
-from streamdedup.core.view import COMPACTED_TOPICS
+from streamdedup.core.output_view import COMPACTED_TOPICS
 from streamdedup.drivers.kafka.admin import KafkaUnavailableError
 from streamdedup.drivers.kafka.delivery import FaultPoints
 from streamdedup.drivers.kafka.topics import TopicNames
-from streamdedup.embeddings import embedder_from_spec
 from streamdedup.errors import ConfigurationError
-from streamdedup.index.sink import open_sink
+from streamdedup.index import open_sink
+from streamdedup.index.embeddings import embedder_from_spec
 from streamdedup.index.writer import IndexCounters, IndexWriter
+from streamdedup.query.live_view import OutputFile, Record
 from streamdedup.settings import Settings
-from streamdedup.view import OutputFile, Record
 
 __all__ = ["IndexMetrics", "index_command", "index_summary", "writer_directory"]
 

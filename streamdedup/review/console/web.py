@@ -6,13 +6,13 @@
   refuse (a merge across an ``acl_boundary``) is refused here with HTTP 409 and its reason.
 - **Calibration sample** (``/calibration``): pairs drawn reproducibly around the engine's threshold from the
   state, each judged correct or incorrect (``POST /api/verdict``, kept in a JSON file), with the precision of
-  merges and the threshold the verdicts suggest (:mod:`streamdedup.console.stats`).
+  merges and the threshold the verdicts suggest (:mod:`streamdedup.review.console.stats`).
 - **Boilerplate** (``/boilerplate``): each collection's boilerplate and most frequent lines, with allow / strip /
   auto decisions.
 
-The outputs come from a feed (:mod:`streamdedup.console.feeds`), decisions go to a submitter (an embedded state
-or the documents topic, see :func:`embedded_submitter` and :func:`kafka_submitter`), and the state is read by
-:class:`~streamdedup.console.reader.StateReader`, which opens it for one call at a time.
+The outputs come from a feed (:mod:`streamdedup.review.console.output_feeds`), decisions go to a submitter (an
+embedded state or the documents topic, see :func:`embedded_submitter` and :func:`kafka_submitter`), and the state is
+read by :class:`~streamdedup.review.console.reader.StateReader`, which opens it for one call at a time.
 """
 
 from __future__ import annotations
@@ -27,14 +27,15 @@ from typing import Any, Protocol
 import jinja2
 from aiohttp import web
 
-from streamdedup.calibration import CorpusText, VerifiedPair
-from streamdedup.console.data import ConsoleData, line_subject, pair_subject, source_subject
-from streamdedup.console.pages import calibration_figures, queue_items, sample_items
-from streamdedup.console.reader import StateReader
-from streamdedup.console.stats import SAMPLE_SEED, SUGGESTION_RULE, TARGET_PRECISION, draw_sample
-from streamdedup.console.verdicts import VERDICT_KINDS, VerdictFile
 from streamdedup.core.params import EngineParams
-from streamdedup.decisions import (
+from streamdedup.errors import StreamDedupError
+from streamdedup.query.calibration import CorpusText, VerifiedPair
+from streamdedup.review.console.data import ConsoleData, line_subject, pair_subject, source_subject
+from streamdedup.review.console.pages import calibration_figures, queue_items, sample_items
+from streamdedup.review.console.reader import StateReader
+from streamdedup.review.console.stats import SAMPLE_SEED, SUGGESTION_RULE, TARGET_PRECISION, draw_sample
+from streamdedup.review.console.verdicts import VERDICT_KINDS, VerdictFile
+from streamdedup.review.decisions import (
     LINE_DECISIONS,
     PAIR_DECISIONS,
     SOURCE_DECISIONS,
@@ -44,7 +45,6 @@ from streamdedup.decisions import (
     check_decision,
     decision_event,
 )
-from streamdedup.errors import StreamDedupError
 
 __all__ = [
     "ConsoleConfig",
@@ -64,7 +64,7 @@ FREQUENT_LINES = 20
 
 
 class Feed(Protocol):
-    """Where the console's fold of the outputs comes from (:mod:`streamdedup.console.feeds`)."""
+    """Where the console's fold of the outputs comes from (:mod:`streamdedup.review.console.output_feeds`)."""
 
     @property
     def where(self) -> str:

@@ -1,5 +1,5 @@
 """The Kafka commands that read or write the topics: ``produce``, ``tail`` and ``materialize`` (the worker is
-:mod:`streamdedup.cli.worker`)."""
+:mod:`streamdedup.cli.service`)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from rich.console import Console
 from rich.progress import DownloadColumn
 
 from streamdedup.cli.progress import progress_bar
-from streamdedup.codec import EventLimits, decode_event, encode_output_line, event_key, parse_json
+from streamdedup.contract.codec import EventLimits, decode_event, encode_output_line, event_key, parse_json
 from streamdedup.core.messages import Output
-from streamdedup.core.view import COMPACTED_TOPICS, View
+from streamdedup.core.output_view import COMPACTED_TOPICS, View
 from streamdedup.drivers.jsonl import read_lines
 from streamdedup.drivers.kafka.admin import ensure_topics, read_to_end
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streamdedup.console.stats import Verdict
 from streamdedup.errors import StateError
+from streamdedup.review.console.stats import Verdict
 
 __all__ = ["VERDICTS_SCHEMA", "VERDICT_KINDS", "VerdictFile"]
 

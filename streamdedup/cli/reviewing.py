@@ -1,4 +1,4 @@
-"""``streamdedup review``: the local web console where reviewers act on flags (:mod:`streamdedup.console`).
+"""``streamdedup review``: the local web console where reviewers act on flags (:mod:`streamdedup.review.console`).
 
 Embedded (``--state DIR --out FILE``, the state and output file of ``streamdedup run``): the console reads the
 output file on each page load and applies decisions to the state, which it opens for one decision at a time, so
@@ -20,7 +20,9 @@ from aiohttp import web
 from rich.console import Console
 from rich.markup import escape
 
-from streamdedup.console.app import (
+from streamdedup.errors import ConfigurationError, StateError
+from streamdedup.review.console.output_feeds import OutputFileFeed, TopicFeed
+from streamdedup.review.console.web import (
     ConsoleConfig,
     Feed,
     Submit,
@@ -28,9 +30,7 @@ from streamdedup.console.app import (
     embedded_submitter,
     kafka_submitter,
 )
-from streamdedup.console.feeds import OutputFileFeed, TopicFeed
-from streamdedup.decisions import EmbeddedDecisions, KafkaDecisions
-from streamdedup.errors import ConfigurationError, StateError
+from streamdedup.review.decisions import EmbeddedDecisions, KafkaDecisions
 from streamdedup.settings import Settings
 
 __all__ = ["DEFAULT_PORT", "VERDICTS_FILE", "review_command", "serve"]

@@ -18,11 +18,11 @@ from pathlib import Path
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
-from streamdedup.console.data import ConsoleData, output_of_line
 from streamdedup.core.messages import Output
 from streamdedup.drivers.kafka.admin import partitions_of, start_reader
 from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.errors import StreamDedupError
+from streamdedup.review.console.data import ConsoleData, output_of_line
 from streamdedup.settings import Settings
 
 __all__ = ["CONSOLE_TOPICS", "OutputFileFeed", "TopicFeed"]

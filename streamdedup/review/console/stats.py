@@ -20,7 +20,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from streamdedup.calibration import VerifiedPair, nearest_pairs
+from streamdedup.query.calibration import VerifiedPair, nearest_pairs
 
 __all__ = [
     "SAMPLE_SEED",

@@ -4,7 +4,7 @@
   tokens that differ, the measure it was flagged at and the decision in force;
 - :func:`sample_items` and :func:`calibration_figures`: the calibration sample with the reviewer's verdicts, and
   the precision of merges and suggested threshold the verdicts give;
-- the boilerplate tab shows :class:`~streamdedup.console.reader.CollectionLines` with each line's decision.
+- the boilerplate tab shows :class:`~streamdedup.review.console.reader.CollectionLines` with each line's decision.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamdedup.calibration import CorpusText, VerifiedPair, pair_outcome
-from streamdedup.console.data import (
+from streamdedup.query.calibration import CorpusText, VerifiedPair, pair_outcome
+from streamdedup.review.console.data import (
     ConsoleData,
     Decision,
     Flag,
@@ -25,7 +25,7 @@ from streamdedup.console.data import (
     pair_subject,
     similarity_of,
 )
-from streamdedup.console.stats import (
+from streamdedup.review.console.stats import (
     GuardTally,
     Precision,
     ThresholdAdvice,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streamdedup.codec import event_from_data
+from streamdedup.contract.codec import event_from_data
 from streamdedup.core.messages import Output
 from streamdedup.core.model import (
     LINE_DECISIONS,

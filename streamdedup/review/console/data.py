@@ -31,11 +31,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streamdedup.calibration import word_diff
 from streamdedup.core.facts import fact_tokens
 from streamdedup.core.messages import Output
 from streamdedup.core.model import format_timestamp
 from streamdedup.core.normalize import normalize
+from streamdedup.query.calibration import word_diff
 
 __all__ = [
     "ConsoleData",

@@ -1,0 +1,533 @@
+"""The live view that query-time code reads: the outputs' last value per key, in a local RocksDB, with lookups.
+
+``streamdedup materialize --into DIR`` keeps a view in step with the ``canonical-chunks`` and ``source-mappings``
+topics, or with the JSONL output file of an embedded run (``--from FILE``); :class:`View` opens it. Every lookup
+is a point read or one short prefix scan:
+
+- :meth:`View.chunk`: the ``canonical-chunks`` value of a chunk id (``streamdedup.chunk/v2``);
+- :meth:`View.mapping`: the ``source-mappings`` value of a source;
+- :meth:`View.chunks_of`: the chunk ids of a source, in position order;
+- :meth:`View.sources_of`: every source of a chunk, complete. A chunk record lists at most
+  ``STREAMDEDUP_MAX_CHUNK_SOURCES`` sources; the view indexes the mappings by chunk id, so this answer has them
+  all. A source's ``uri``, ``title`` and ``modified_at`` come from the chunk records that list it (the mapping
+  carries none of them), and so do its readers (``acl``); a source that no chunk record lists has them as None.
+
+Records and their read position are written in one RocksDB write batch, so a view that stops at any moment
+continues where it stopped, and applies no record twice. A reader in another process opens the view as a RocksDB
+secondary instance while ``materialize --follow`` writes it, and :meth:`View.refresh` catches up.
+
+Writing is in two phases, for a program that keeps something else in step with the view (an index writer):
+:meth:`ViewWriter.stage` computes a batch's changes without writing them and returns them as :class:`Pending`,
+whose lookups answer as the view will once they are committed; :meth:`ViewWriter.commit` writes them with the read
+position (and the program's own *extras*) in one write batch. :meth:`ViewWriter.apply` does both at once.
+
+Reviewers' decisions about pairs come from ``audit`` records of action ``decision`` (when the input has them: an
+output file does; read from topics, ``audit`` is read only if asked for): :meth:`View.decision`.
+
+Keys, in one column family: ``c\\0<chunk_id>`` and ``m\\0<source_id>`` hold the records as JSON;
+``x\\0<chunk_id>\\0<source_id>`` the positions of a source that map to a chunk; ``s\\0<source_id>`` what the
+chunk records say of a source; ``d\\0<hash_a>:<hash_b>`` the decision in force about a pair; ``p\\0<where>`` how
+far each input was read; ``e\\0<name>`` the extras.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+import msgspec
+import rocksdict
+from watchfiles import watch
+
+from streamdedup.core.output_view import COMPACTED_TOPICS
+from streamdedup.errors import StateError
+from streamdedup.query.safety_net import Citation
+
+__all__ = ["FORMAT", "Applier", "OutputFile", "Pending", "Record", "View", "ViewWriter", "build_view"]
+
+#: The layout version of a view directory; a view of another layout is refused rather than misread.
+FORMAT = b"1"
+_FORMAT_KEY = b"p\0format"
+_CHUNK = b"c\0"
+_MAPPING = b"m\0"
+_INDEX = b"x\0"
+_SOURCE = b"s\0"
+_PROGRESS = b"p\0"
+_DECISION = b"d\0"
+_EXTRA = b"e\0"
+_SEP = b"\0"
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+#: An output record as a view applies it: ``(topic, key, value JSON or None)``.
+Record = tuple[str, str, bytes | None]
+
+
+def _options() -> rocksdict.Options:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_compression_type(rocksdict.DBCompressionType.lz4())
+    options.set_bottommost_compression_type(rocksdict.DBCompressionType.zstd())
+    table = rocksdict.BlockBasedOptions()
+    table.set_bloom_filter(10, False)
+    options.set_block_based_table_factory(table)
+    return options
+
+
+def _scan(db: rocksdict.Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    cursor = db.iter()
+    cursor.seek(prefix)
+    while cursor.valid():
+        key = bytes(cursor.key())
+        if not key.startswith(prefix):
+            return
+        yield key, bytes(cursor.value())
+        cursor.next()
+
+
+class _Lookups:
+    """The lookups of a view, over point reads and prefix scans that a subclass provides."""
+
+    def _get(self, key: bytes) -> bytes | None:
+        raise NotImplementedError
+
+    def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        raise NotImplementedError
+
+    def _get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        raise NotImplementedError
+
+    def _json(self, key: bytes) -> dict[str, Any] | None:
+        raw = self._get(key)
+        if raw is None:
+            return None
+        value: dict[str, Any] = _decoder.decode(raw)
+        return value
+
+    def chunk(self, chunk_id: str) -> dict[str, Any] | None:
+        """Return the ``canonical-chunks`` value of ``chunk_id``, or None when there is no such live chunk."""
+        return self._json(_CHUNK + chunk_id.encode())
+
+    def mapping(self, source_id: str) -> dict[str, Any] | None:
+        """Return the ``source-mappings`` value of ``source_id``, or None when the source is not live."""
+        return self._json(_MAPPING + source_id.encode())
+
+    def chunks_of(self, source_id: str) -> list[str]:
+        """Return the chunk ids of a source's positions, in position order, each once."""
+        mapping = self.mapping(source_id)
+        if mapping is None:
+            return []
+        ordered = sorted(mapping["chunks"], key=lambda c: int(c["position"]))
+        return list(dict.fromkeys(str(c["chunk_id"]) for c in ordered))
+
+    def sources_of(self, chunk_id: str) -> list[Citation]:
+        """Return every source with a position mapped to ``chunk_id``, sorted by source id."""
+        prefix = _INDEX + chunk_id.encode() + _SEP
+        entries = [(key[len(prefix) :], value) for key, value in self._prefixed(prefix)]
+        abouts = self._get_many([_SOURCE + source for source, _ in entries])  # one multi-get, however many
+        found: list[Citation] = []
+        for (source, value), raw in zip(entries, abouts, strict=True):
+            source_id = source.decode()
+            about: dict[str, Any] = {} if raw is None else _decoder.decode(raw)
+            found.append(
+                Citation(
+                    source_id=source_id,
+                    positions=tuple(_decoder.decode(value)),
+                    uri=about.get("uri"),
+                    title=about.get("title"),
+                    modified_at=about.get("modified_at"),
+                    acl=None if about.get("acl") is None else tuple(about["acl"]),
+                )
+            )
+        return found
+
+    def decision(self, pair_key: str) -> dict[str, Any] | None:
+        """Return the reviewers' decision in force about a pair (its ``review`` key), as the decision event."""
+        return self._json(_DECISION + pair_key.encode())
+
+    def index_fields(self, chunk_id: str) -> dict[str, Any] | None:
+        """Return what an index writer stores for a chunk, so a search engine can collapse and filter by itself.
+
+        ``chunk_id`` is single-valued (collapse or group by it), ``source_ids`` and ``acl`` are multi-valued
+        (filter by the caller's principals with a terms query); ``source_ids`` is complete, however many copies
+        the text has. None when the chunk is not live.
+        """
+        value = self.chunk(chunk_id)
+        if value is None:
+            return None
+        return {
+            "chunk_id": chunk_id,
+            "text": value["text"],
+            "content_hash": value["content_hash"],
+            "source_ids": [c.source_id for c in self.sources_of(chunk_id)],
+            "acl": list(value["acl"]),
+        }
+
+    def chunk_ids(self) -> Iterator[str]:
+        """Yield the id of every live chunk, in id order."""
+        for key, _ in self._prefixed(_CHUNK):
+            yield key[len(_CHUNK) :].decode()
+
+    def source_ids(self) -> Iterator[str]:
+        """Yield the id of every live source, in id order."""
+        for key, _ in self._prefixed(_MAPPING):
+            yield key[len(_MAPPING) :].decode()
+
+
+class View(_Lookups):
+    """A materialized view directory, opened for reading (or for writing by :class:`ViewWriter`).
+
+    A reader is a RocksDB secondary instance: it does not lock the directory, so it can be opened while
+    ``materialize --follow`` writes it; :meth:`refresh` makes it see what was written since.
+    """
+
+    def __init__(self, directory: str | Path, *, _db: rocksdict.Rdict | None = None) -> None:
+        self.directory = Path(directory)
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        if _db is not None:
+            self._db = _db
+        else:
+            if not (self.directory / "db" / "CURRENT").exists():
+                raise StateError(
+                    f"{self.directory} holds no view; write one with 'streamdedup materialize --into {directory}'"
+                )
+            self._scratch = tempfile.TemporaryDirectory(prefix="streamdedup-view-")
+            try:
+                self._db = rocksdict.Rdict(
+                    str(self.directory / "db"),
+                    options=_options(),
+                    access_type=rocksdict.AccessType.secondary(self._scratch.name),
+                )
+            except Exception as exc:
+                self._scratch.cleanup()
+                raise StateError(f"cannot open the view at {self.directory}: {exc}") from exc
+        found = self._db.get(_FORMAT_KEY)
+        if found is not None and bytes(found) != FORMAT:
+            self.close()
+            raise StateError(
+                f"the view at {self.directory} has layout {bytes(found).decode()!r}, not {FORMAT.decode()!r}; "
+                "write it again into an empty directory"
+            )
+
+    @classmethod
+    def open(cls, directory: str | Path) -> View:
+        """Open the view in ``directory`` for reading."""
+        return cls(directory)
+
+    def __enter__(self) -> View:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def refresh(self) -> None:
+        """See what the writer committed since this view was opened or last refreshed."""
+        if self._scratch is not None:
+            self._db.try_catch_up_with_primary()
+
+    def close(self) -> None:
+        """Release the database."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None  # type: ignore[assignment]
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None
+
+    def _get(self, key: bytes) -> bytes | None:
+        value = self._db.get(key)
+        return None if value is None else bytes(value)
+
+    def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        return _scan(self._db, prefix)
+
+    def _get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        if not keys:
+            return []
+        found = self._db.get(cast("list[str | int | float | bytes | bool]", keys)) or []
+        return [None if value is None else bytes(value) for value in found]
+
+    def progress(self, where: str) -> bytes | None:
+        """Return how far the input named ``where`` was read, as its writer recorded it."""
+        return self._get(_PROGRESS + where.encode())
+
+    def extra(self, name: str) -> bytes | None:
+        """Return the extra named ``name`` that the view's writer stored with it, or None."""
+        return self._get(_EXTRA + name.encode())
+
+    def extras(self, names: Sequence[str]) -> list[bytes | None]:
+        """Return the extras named ``names``, in order (None for a missing one), with one multi-get."""
+        return self._get_many([_EXTRA + name.encode() for name in names])
+
+
+class Pending(_Lookups):
+    """A batch's changes to a view, staged by :meth:`ViewWriter.stage` and not yet written.
+
+    Its lookups answer as the view will once the changes are committed. ``chunks_touched`` holds every chunk id
+    whose record or sources the batch may have changed: the key of each ``canonical-chunks`` record, and every
+    chunk id that a ``source-mappings`` record names in its value or that the source's previous mapping named.
+    ``sources_touched`` holds the key of each ``source-mappings`` record. ``count`` is the number of records
+    staged (records of other topics are skipped and not counted).
+    """
+
+    def __init__(self, base: ViewWriter, generation: int) -> None:
+        self._base = base
+        self._generation = generation
+        self._changes: dict[bytes, bytes | None] = {}
+        self._sorted: list[bytes] | None = None
+        self.chunks_touched: set[str] = set()
+        self.sources_touched: set[str] = set()
+        self.count = 0
+
+    def _get(self, key: bytes) -> bytes | None:
+        if key in self._changes:
+            return self._changes[key]
+        return self._base._get(key)
+
+    def _get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        unknown = [key for key in keys if key not in self._changes]
+        found = dict(zip(unknown, self._base._get_many(unknown), strict=True))
+        return [self._changes[key] if key in self._changes else found[key] for key in keys]
+
+    def _prefixed(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        if self._sorted is None:
+            self._sorted = sorted(self._changes)
+        start = bisect.bisect_left(self._sorted, prefix)
+        changed: dict[bytes, bytes | None] = {}
+        for key in self._sorted[start:]:
+            if not key.startswith(prefix):
+                break
+            changed[key] = self._changes[key]
+        if not changed:
+            return self._base._prefixed(prefix)
+        merged = {key: value for key, value in self._base._prefixed(prefix) if key not in changed}
+        merged.update((key, value) for key, value in changed.items() if value is not None)
+        return iter(sorted(merged.items()))
+
+    def _stage(self, records: Iterable[Record]) -> None:
+        for topic, key, value in records:
+            if topic == "canonical-chunks":
+                self._stage_chunk(key, value)
+            elif topic == "source-mappings":
+                self._stage_mapping(key, value)
+            else:
+                if topic == "audit" and value is not None:
+                    self._stage_decision(value)
+                continue
+            self.count += 1
+
+    def _stage_decision(self, value: bytes) -> None:
+        record = _decoder.decode(value)
+        decision = record.get("decision") if record.get("action") == "decision" else None
+        if not isinstance(decision, dict) or "pair" not in decision:
+            return
+        key = _DECISION + str(record.get("subject", "")).encode()
+        held = self._get(key)
+        if held is None or _decoder.decode(held)["version"] < decision["version"]:
+            self._changes[key] = _encoder.encode(decision)
+
+    def _stage_chunk(self, chunk_id: str, value: bytes | None) -> None:
+        self._changes[_CHUNK + chunk_id.encode()] = value
+        self.chunks_touched.add(chunk_id)
+        if value is None:
+            return
+        for source in _decoder.decode(value).get("sources", ()):
+            about = {name: source.get(name) for name in ("uri", "title", "modified_at", "acl")}
+            self._changes[_SOURCE + str(source["source_id"]).encode()] = _encoder.encode(about)
+
+    def _stage_mapping(self, source_id: str, value: bytes | None) -> None:
+        key = _MAPPING + source_id.encode()
+        tail = _SEP + source_id.encode()
+        self.sources_touched.add(source_id)
+        old = self._get(key)
+        if old is not None:
+            for chunk_id in {str(c["chunk_id"]) for c in _decoder.decode(old)["chunks"]}:
+                self._changes[_INDEX + chunk_id.encode() + tail] = None
+                self.chunks_touched.add(chunk_id)
+        self._changes[key] = value
+        if value is None:
+            self._changes[_SOURCE + source_id.encode()] = None
+            return
+        positions: dict[str, list[int]] = {}
+        for chunk in _decoder.decode(value)["chunks"]:
+            positions.setdefault(str(chunk["chunk_id"]), []).append(int(chunk["position"]))
+        for chunk_id, numbers in positions.items():
+            self._changes[_INDEX + chunk_id.encode() + tail] = _encoder.encode(sorted(numbers))
+            self.chunks_touched.add(chunk_id)
+
+
+class ViewWriter(View):
+    """The one writer of a view directory: applies output records with their read position atomically."""
+
+    def __init__(self, directory: str | Path) -> None:
+        directory = Path(directory)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            db = rocksdict.Rdict(str(directory / "db"), options=_options())
+        except Exception as exc:
+            raise StateError(f"cannot open the view at {directory} for writing: {exc}") from exc
+        super().__init__(directory, _db=db)
+        if db.get(_FORMAT_KEY) is None:
+            db.put(_FORMAT_KEY, FORMAT)
+        self.applied = 0
+        self._generation = 0
+
+    def __enter__(self) -> ViewWriter:
+        return self
+
+    def apply(self, records: Iterable[Record], progress: Mapping[str, bytes]) -> int:
+        """Apply ``(topic, key, value JSON or None)`` records and record ``progress``, all in one write batch.
+
+        Topics other than the compacted ones are skipped. Returns how many records were applied.
+        """
+        return self.commit(self.stage(records), progress)
+
+    def stage(self, records: Iterable[Record]) -> Pending:
+        """Compute what ``(topic, key, value JSON or None)`` records change, without writing anything.
+
+        Records are staged in order, each over the ones before it. Topics other than the compacted ones are
+        skipped.
+        """
+        pending = Pending(self, self._generation)
+        pending._stage(records)
+        return pending
+
+    def commit(
+        self,
+        pending: Pending,
+        progress: Mapping[str, bytes],
+        *,
+        extras: Mapping[str, bytes] | None = None,
+    ) -> int:
+        """Write staged changes, ``progress`` and ``extras`` in one write batch; return how many records it applied.
+
+        A batch staged before another commit was computed over a view that has changed since, and is refused.
+        """
+        if pending._base is not self or pending._generation != self._generation:
+            raise StateError("these changes were staged over an earlier state of the view; stage them again")
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for address, change in pending._changes.items():
+            if change is None:
+                batch.delete(address)
+            else:
+                batch.put(address, change)
+        for where, position in progress.items():
+            batch.put(_PROGRESS + where.encode(), position)
+        for name, value in (extras or {}).items():
+            batch.put(_EXTRA + name.encode(), value)
+        self._db.write(batch)
+        self._generation += 1
+        self.applied += pending.count
+        return pending.count
+
+    def put_extras(self, extras: Mapping[str, bytes]) -> None:
+        """Store extras at once, in one write batch of their own (records and positions are not touched)."""
+        if not extras:
+            return
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for name, value in extras.items():
+            batch.put(_EXTRA + name.encode(), value)
+        self._db.write(batch)
+
+
+class Applier(Protocol):
+    """What :class:`OutputFile` applies records to: a :class:`ViewWriter`, or a program that keeps one."""
+
+    def progress(self, where: str) -> bytes | None:
+        """Return how far the input named ``where`` was applied."""
+        ...
+
+    def apply(self, records: list[Record], progress: dict[str, bytes]) -> object:
+        """Apply records and record how far each input was read, atomically."""
+        ...
+
+
+class OutputFile:
+    """An embedded run's JSONL output file as an input of a view: read from where the view stopped.
+
+    The view records the byte offset after the last whole line it applied, with the file's identity; a line still
+    being written (no newline yet) waits for the next read. A file that shrank below that offset, or another file
+    at the same path, is refused: its records are not the ones the view holds. ``writer`` is a
+    :class:`ViewWriter`, or anything that applies records with their position as it does (an index writer).
+    """
+
+    def __init__(self, path: Path, writer: Applier, *, batch_lines: int = 1000) -> None:
+        self.path = path
+        self.writer = writer
+        self.batch_lines = batch_lines
+        self._where = f"file:{path.resolve()}"
+
+    def position(self) -> int:
+        """Return the byte offset up to which the file has been applied (0 before the first read)."""
+        stored = self.writer.progress(self._where)
+        return 0 if stored is None else int(json.loads(stored)["offset"])
+
+    def _start(self) -> int:
+        stored = self.writer.progress(self._where)
+        if stored is None:
+            return 0
+        mark = json.loads(stored)
+        stat = self.path.stat()
+        if mark["inode"] != stat.st_ino or stat.st_size < mark["offset"]:
+            raise StateError(
+                f"{self.path} is not the file this view was read from (replaced or truncated); "
+                "materialize it into an empty directory"
+            )
+        return int(mark["offset"])
+
+    def catch_up(self, on_batch: Callable[[int], None] | None = None) -> int:
+        """Apply every whole line written since the last read; return how many records were applied."""
+        if not self.path.exists():
+            raise StateError(f"no such output file: {self.path}")
+        offset = self._start()
+        inode = self.path.stat().st_ino
+        total = 0
+        with self.path.open("rb") as handle:
+            handle.seek(offset)
+            while True:
+                records: list[Record] = []
+                while len(records) < self.batch_lines:
+                    line = handle.readline()
+                    if not line.endswith(b"\n"):
+                        break
+                    offset += len(line)
+                    if line.strip():
+                        records.append(_record(line, self.path, offset))
+                if not records:
+                    return total
+                mark = json.dumps({"inode": inode, "offset": offset}).encode()
+                self.writer.apply(records, {self._where: mark})
+                total += sum(topic in COMPACTED_TOPICS for topic, _, _ in records)
+                if on_batch is not None:
+                    on_batch(total)
+                handle.seek(offset)
+
+    def follow(self, stop: threading.Event, on_batch: Callable[[int], None] | None = None) -> None:
+        """Catch up, then keep applying what the run appends until ``stop`` is set."""
+        self.catch_up(on_batch)
+        for _ in watch(self.path, stop_event=stop, rust_timeout=500, yield_on_timeout=True, debounce=50):
+            self.catch_up(on_batch)
+
+
+def _record(line: bytes, path: Path, end: int) -> Record:
+    try:
+        item = _decoder.decode(line)
+        topic, key, value = item["topic"], item["key"], item["value"]
+    except (msgspec.DecodeError, KeyError, TypeError) as exc:
+        raise StateError(f"{path}: the line ending at byte {end} is not an output line: {exc}") from exc
+    if topic in COMPACTED_TOPICS and not isinstance(key, str):
+        raise StateError(f"{path}: the {topic} record ending at byte {end} has no key")
+    return str(topic), str(key), None if value is None else _encoder.encode(value)
+
+
+def build_view(outputs: str | Path, into: str | Path) -> View:
+    """Materialize an embedded run's output file into the directory ``into`` and return it opened for reading."""
+    with ViewWriter(into) as writer:
+        OutputFile(Path(outputs), writer).catch_up()
+    return View.open(into)

@@ -1,0 +1,2 @@
+"""The review side: reviewers' decisions (:mod:`~streamdedup.review.decisions`) and the review console
+(:mod:`~streamdedup.review.console`)."""

@@ -1,0 +1,113 @@
+"""The shape of the code: no import circle between files, no file too long to read, no two modules of one name."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+PACKAGES = ("streamdedup", "benchmarks")
+#: The longest Python file, in lines; a Rust file may be a little longer (its tests sit in the file).
+PYTHON_LINES = 500
+RUST_LINES = 800
+
+
+def _python_files() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """The ids of the import nodes inside ``if TYPE_CHECKING:`` blocks (they import nothing when the code runs)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            found |= {id(inner) for child in node.body for inner in ast.walk(child)}
+    return found
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that the file at ``path`` imports, at its top or inside a function."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    skipped = _type_checking_only(tree)
+    this = _module_name(path)
+    package = this if path.name == "__init__.py" else this.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in modules}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in modules:
+                    found.add(f"{base}.{alias.name}")
+                elif base in modules:
+                    found.add(base)
+    found.discard(this)
+    # A module's own packages run before it whatever it imports: importing one of them closes no circle.
+    return {m for m in found if not this.startswith(m + ".")}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_between_files():
+    files = _python_files()
+    modules = {_module_name(p) for p in files}
+    graph = {_module_name(p): _imports(p, modules) for p in files}
+    assert _cycles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_two_modules_share_a_name():
+    names = Counter(
+        p.stem for p in (ROOT / "streamdedup").rglob("*.py") if p.name not in ("__init__.py", "__main__.py")
+    )
+    packages = Counter(p.parent.name for p in (ROOT / "streamdedup").rglob("__init__.py"))
+    shared = {name for name, count in (names + packages).items() if count > 1}
+    assert shared == set()
