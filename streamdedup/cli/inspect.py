@@ -15,7 +15,7 @@ from rich.table import Table
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import format_timestamp, union_readers
 from streamdedup.core.stages.collection import line_key
-from streamdedup.core.stages.source import current_mapping
+from streamdedup.core.stages.source_mappings import current_mapping
 from streamdedup.core.state import CollectionRecord, ContentRecord, LineRecord, SourceRecord, source_texts
 from streamdedup.errors import StateError
 from streamdedup.settings import Settings

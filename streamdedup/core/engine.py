@@ -22,7 +22,7 @@ from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.signatures import SignatureScheme
 from streamdedup.core.stages import BandStage, CollectionStage, ContentStage, SourceStage
 from streamdedup.core.stages.context import StageContext
-from streamdedup.core.state import PartitionState
+from streamdedup.core.tables import PartitionState
 
 __all__ = ["Engine", "InjectedFault", "StageHandler"]
 

@@ -43,7 +43,7 @@ from streamdedup.core.model import UpsertEvent
 from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.stages.collection import line_hash
-from streamdedup.core.stages.source import document_chunks
+from streamdedup.core.stages.source_chunks import document_chunks
 from streamdedup.errors import ConfigurationError, StreamDedupError
 
 __all__ = [

@@ -67,7 +67,7 @@ class Store(Protocol):
 
 
 class _PartitionView:
-    """A :class:`~streamdedup.core.state.PartitionState` over a transaction."""
+    """A :class:`~streamdedup.core.tables.PartitionState` over a transaction."""
 
     __slots__ = ("_changes", "_partition", "_stage", "_txn")
 
@@ -112,7 +112,7 @@ class Transaction:
         self.changes: dict[tuple[str, int], dict[str, bytes | None]] = {}
         self.meta: dict[str, bytes] = {}
         # Records decoded by the handler calls of this transaction, by (stage, partition, record type): every
-        # call after the first finds them decoded (see :class:`~streamdedup.core.state.Table`).
+        # call after the first finds them decoded (see :class:`~streamdedup.core.tables.Table`).
         self.records: dict[tuple[str, int, type], dict[str, Any]] = {}
 
     def changes_of(self, stage: str, partition: int) -> dict[str, bytes | None]:

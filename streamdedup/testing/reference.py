@@ -32,7 +32,7 @@ from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.records import chunk_value, mapping_value, review_key
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set
-from streamdedup.core.stages.source import document_chunks
+from streamdedup.core.stages.source_chunks import document_chunks
 from streamdedup.core.state import MappingEntry, SourceRecord, source_texts
 
 __all__ = ["LiveSource", "Reference", "decisions_in_force", "live_sources", "live_sources_in_store"]

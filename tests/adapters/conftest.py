@@ -18,7 +18,7 @@ from streamdedup.contract.codec import decode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import UpsertEvent
 from streamdedup.core.params import EngineParams
-from streamdedup.core.stages.source import document_chunks
+from streamdedup.core.stages.source_chunks import document_chunks
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.feeds import run_feed
 from streamdedup.drivers.jsonl import FileSink, JsonlFeed

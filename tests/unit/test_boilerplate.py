@@ -17,7 +17,7 @@ from streamdedup.core.normalize import normalize
 from streamdedup.core.output_view import View
 from streamdedup.core.params import EngineParams
 from streamdedup.core.stages.collection import line_hash
-from streamdedup.core.stages.source import document_lines, line_update, line_update_in_python
+from streamdedup.core.stages.source_chunks import document_lines, line_update, line_update_in_python
 from streamdedup.core.state import pack_lines, unpack_added, unpack_lines
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.simulation import SimulationDriver

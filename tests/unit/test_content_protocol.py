@@ -28,7 +28,8 @@ from streamdedup.core.shingles import jaccard
 from streamdedup.core.sketches import sketches
 from streamdedup.core.stages.content import ContentStage, ContentStageInPython
 from streamdedup.core.stages.content_settle import Settlement
-from streamdedup.core.state import ContentIds, ContentRecord, Table, id_key, unpack_statuses
+from streamdedup.core.state import ContentIds, ContentRecord, id_key, unpack_statuses
+from streamdedup.core.tables import Table
 from streamdedup.store.base import Transaction
 from streamdedup.store.memory import MemoryStore
 

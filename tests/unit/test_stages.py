@@ -34,13 +34,12 @@ from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
 from streamdedup.core.stages.collection import line_hash
-from streamdedup.core.stages.source import (
+from streamdedup.core.stages.source_chunks import plain_chunks, plain_chunks_in_python
+from streamdedup.core.stages.source_mappings import (
     _fingerprint,
     current_mapping,
     mapping_in_python,
     merge_in_python,
-    plain_chunks,
-    plain_chunks_in_python,
     refs_in_python,
     source_refs,
 )

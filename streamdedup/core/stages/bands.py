@@ -33,7 +33,7 @@ from streamdedup.core.messages import (
     Output,
     content_id,
 )
-from streamdedup.core.state import PartitionState, reader, write_all
+from streamdedup.core.tables import PartitionState, reader, write_all
 
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext

@@ -25,17 +25,8 @@ import msgspec
 from streamdedup.core import kernels
 from streamdedup.core.messages import BoilerplateUpdate, LineDecision, LineUpdate, Message, Output
 from streamdedup.core.normalize import normalize
-from streamdedup.core.state import (
-    CollectionMember,
-    CollectionRecord,
-    LineMark,
-    LineRecord,
-    PartitionState,
-    Table,
-    reader,
-    unpack_added,
-    write_all,
-)
+from streamdedup.core.state import CollectionMember, CollectionRecord, LineMark, LineRecord, unpack_added
+from streamdedup.core.tables import PartitionState, Table, reader, write_all
 
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext

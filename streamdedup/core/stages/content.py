@@ -58,17 +58,8 @@ from streamdedup.core.stages.content_settle import Settlement
 from streamdedup.core.stages.content_sources import SourcePositions
 from streamdedup.core.stages.content_work import Features, Work
 from streamdedup.core.stages.context import StageContext
-from streamdedup.core.state import (
-    ContentIds,
-    ContentRecord,
-    PartitionState,
-    RefEntry,
-    Table,
-    id_key,
-    reader,
-    ref_key,
-    write_all,
-)
+from streamdedup.core.state import ContentIds, ContentRecord, RefEntry, id_key, ref_key
+from streamdedup.core.tables import PartitionState, Table, reader, write_all
 
 __all__ = ["ContentStage", "ContentStageInPython"]
 

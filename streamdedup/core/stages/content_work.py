@@ -9,7 +9,8 @@ import msgspec
 from streamdedup.core.facts import fact_tokens
 from streamdedup.core.messages import Info, MemberReport, PairMark, VerifyRequest
 from streamdedup.core.shingles import shingle_set
-from streamdedup.core.state import Conflict, ContentRecord, PartitionState, RefEntry, Table
+from streamdedup.core.state import Conflict, ContentRecord, RefEntry
+from streamdedup.core.tables import PartitionState, Table
 
 __all__ = ["Answer", "Features", "LateEdge", "Work"]
 

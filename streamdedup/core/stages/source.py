@@ -8,15 +8,12 @@ source's mapping once every position's content has answered for the source's cur
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from streamdedup.core import kernels
-from streamdedup.core.chunking import Chunk, chunk_document
-from streamdedup.core.markup import Block, blocks, has_markup, plain_text
+from streamdedup.core.markup import blocks, has_markup
 from streamdedup.core.messages import (
     BoilerplateUpdate,
     LineDecision,
@@ -30,211 +27,23 @@ from streamdedup.core.messages import (
     SourceStatuses,
 )
 from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, UpsertEvent
-from streamdedup.core.normalize import normalize
-from streamdedup.core.params import EngineParams
-from streamdedup.core.records import (
-    audit_value,
-    decision_audit_value,
-    mapping_of_rows,
-    mapping_row,
-    review_key,
+from streamdedup.core.records import audit_value, decision_audit_value, review_key
+from streamdedup.core.stages.source_chunks import document_chunks, line_keeper, line_update, plain_chunks
+from streamdedup.core.stages.source_mappings import (
+    merge_statuses,
+    positions_by_content,
+    source_mapping,
+    source_refs,
 )
-from streamdedup.core.stages.collection import line_hash
-from streamdedup.core.state import (
-    BoilerplateSnapshot,
-    DecisionRecord,
-    MappingEntry,
-    PartitionState,
-    SourceRecord,
-    Table,
-    pack_added,
-    pack_lines,
-    pack_statuses,
-    unpack_lines,
-    unpack_statuses,
-)
+from streamdedup.core.state import BoilerplateSnapshot, DecisionRecord, SourceRecord, unpack_lines
+from streamdedup.core.tables import PartitionState, Table
 
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
 
-__all__ = [
-    "SourceStage",
-    "current_mapping",
-    "document_chunks",
-    "document_lines",
-    "line_update",
-    "line_update_in_python",
-    "mapping_in_python",
-    "merge_in_python",
-    "plain_chunks",
-    "plain_chunks_in_python",
-    "refs_in_python",
-    "source_refs",
-]
+__all__ = ["SourceStage"]
 
 _SNAPSHOT_PREFIX = "\x00boilerplate\x00"
-
-
-def document_chunks(
-    event: UpsertEvent,
-    params: EngineParams,
-    keep_line: Callable[[str], bool] | None = None,
-    parsed: Sequence[Block] | None = None,
-) -> list[Chunk]:
-    """Return the chunks of an upsert: its ``chunks`` as given, or its ``text`` chunked (from ``parsed`` if given)."""
-    if event.chunks is not None:
-        return [Chunk(c, plain_text(c, event.content_type)) for c in event.chunks]
-    return chunk_document(
-        event.text or "",
-        event.content_type,
-        max_chars=params.max_chunk_chars,
-        keep_line=keep_line,
-        parsed=parsed,
-    )
-
-
-def plain_chunks(
-    text: str, content_type: str, max_chars: int, known: dict[str, str] | None
-) -> tuple[list[str], list[str], list[str]]:
-    """Chunk a text without markup (:func:`~streamdedup.core.markup.has_markup` false), leaving out the lines whose
-    key is in ``known`` (a collection's boilerplate): its paragraphs' plain text, and each chunk's original and
-    plain text. Compiled where the kernels are (``plain_chunks_in_python`` is the Python implementation)."""
-    compiled = kernels.native()
-    if compiled is None:
-        return plain_chunks_in_python(text, content_type, max_chars, known)
-    return compiled.plain_chunks(text, content_type == "text/plain", max_chars, known, normalize)  # type: ignore[no-any-return]
-
-
-def plain_chunks_in_python(
-    text: str, content_type: str, max_chars: int, known: dict[str, str] | None
-) -> tuple[list[str], list[str], list[str]]:
-    """:func:`plain_chunks` in Python (the compiled kernel's twin): ``blocks`` and ``chunk_document``."""
-    parsed = blocks(text, content_type)
-    chunks = chunk_document(text, content_type, max_chars=max_chars, keep_line=_keeper(known), parsed=parsed)
-    return [b.plain for b in parsed], [c.original for c in chunks], [c.plain for c in chunks]
-
-
-def _keeper(known: dict[str, str] | None) -> Callable[[str], bool] | None:
-    """Whether to keep a line of a document: not if it is one of a collection's ``known`` boilerplate lines."""
-    if not known:
-        return None
-    lines = known
-
-    def keep_line(line: str) -> bool:
-        return line_hash(normalize(line)) not in lines
-
-    return keep_line
-
-
-def _line_parts(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None, compiled: bool
-) -> tuple[str, dict[str, str]]:
-    """Return the ASCII blocks of a text upsert joined (for a ``compiled`` call) and the lines of its other blocks
-    (of all its blocks, when not ``compiled``).
-
-    ``parsed`` is the plain text of its blocks, where the caller has them already. A document counts no lines
-    where its upsert gives chunks or boilerplate is off.
-    """
-    if event.chunks is not None or params.boilerplate_min_docs == 0:
-        return "", {}
-    found: dict[str, str] = {}
-    longest = params.boilerplate_max_line_chars
-    ascii_blocks: list[str] = []
-    if parsed is None:
-        parsed = [block.plain for block in blocks(event.text or "", event.content_type)]
-    for plain in parsed:
-        if compiled and plain.isascii():
-            ascii_blocks.append(plain)
-            continue
-        for line in plain.split("\n"):
-            normalized = normalize(line)
-            if normalized and len(normalized) <= longest:
-                found[line_hash(normalized)] = normalized
-    return "\n".join(ascii_blocks), found
-
-
-def document_lines(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None = None
-) -> dict[str, str]:
-    """Return the normalized lines a text upsert counts in its collection's boilerplate statistics.
-
-    ``parsed`` is the plain text of the text's :func:`blocks`, where the caller has them already.
-    """
-    compiled = kernels.native()
-    text, found = _line_parts(event, params, parsed, compiled is not None)
-    if text and compiled is not None:
-        # Compiled: the same keys and lines as the loop of _line_parts, for the ASCII blocks' lines in one call.
-        found.update(compiled.line_hashes(text, params.boilerplate_max_line_chars))
-    return found
-
-
-_LineChange = tuple[bytes, bytes, tuple[str, ...], int]
-
-
-def line_update(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None, old: bytes
-) -> _LineChange:
-    """Return how a text upsert changes the lines its source counts, against ``old`` (packed hashes).
-
-    ``(lines, added, removed, count)``: its lines' hashes sorted and packed (``pack_lines``), the packed
-    ``(hash, line)`` of those not in ``old`` (``pack_added``), the hashes in ``old`` no longer among them (sorted),
-    and the number of its lines. Compiled where the kernels are; ``line_update_in_python`` is the Python
-    implementation.
-    """
-    compiled = kernels.native()
-    if compiled is None:
-        return line_update_in_python(event, params, parsed, old)
-    text, others = _line_parts(event, params, parsed, True)
-    found = compiled.line_update(text, params.boilerplate_max_line_chars, list(others.items()), old)
-    assert found is not None  # the ASCII blocks only
-    lines, added, removed, count = found
-    return lines, added, tuple(removed), count
-
-
-def line_update_in_python(
-    event: UpsertEvent, params: EngineParams, parsed: Sequence[str] | None, old: bytes
-) -> _LineChange:
-    """:func:`line_update` in Python (the compiled kernel's twin, which the tests compare it with)."""
-    lines = document_lines(event, params, parsed)
-    ordered = sorted(lines)
-    known = set(unpack_lines(old))
-    return (
-        pack_lines(ordered),
-        pack_added([(h, lines[h]) for h in ordered if h not in known]),
-        tuple(sorted(known.difference(lines))),
-        len(lines),
-    )
-
-
-def source_refs(
-    plains: Sequence[str], originals: Sequence[str], old: Sequence[str]
-) -> tuple[list[str], bytes]:
-    """Return the content hash of each chunk of a new version (its ``plains`` and ``originals``: each chunk's plain
-    and original text) and the packed list of what the version tells the contents of either version
-    (``SourceRefs.refs``), against ``old``, the hashes of the version before.
-
-    Compiled where the kernels are: each chunk normalized and hashed, and the list written, in one call
-    (``refs_in_python`` is the Python implementation).
-    """
-    compiled = kernels.native()
-    if compiled is None:
-        return refs_in_python(plains, originals, old)
-    return compiled.source_refs(plains, originals, old, normalize)  # type: ignore[no-any-return]
-
-
-def refs_in_python(
-    plains: Sequence[str], originals: Sequence[str], old: Sequence[str]
-) -> tuple[list[str], bytes]:
-    """:func:`source_refs` in Python (the compiled kernel's twin, which the tests compare it with)."""
-    norms = [normalize(plain) for plain in plains]
-    hashes = [hashlib.sha256(n.encode("utf-8")).hexdigest() for n in norms]
-    held = _positions_by_content(hashes)
-    entries = []
-    for content_hash in sorted(set(held) | set(old)):
-        positions = held.get(content_hash, ())
-        texts = tuple(originals[p] for p in positions)
-        entries.append((content_hash, positions, texts, norms[positions[0]] if positions else ""))
-    return hashes, msgspec.msgpack.encode(entries) if entries else b""
 
 
 class SourceStage:
@@ -352,7 +161,7 @@ class SourceStage:
             return False
         record.attrs = msgspec.structs.replace(record.attrs, preferred=preferred)
         record.attrs_seq += 1
-        for content_hash, positions in sorted(_positions_by_content(record.chunks).items()):
+        for content_hash, positions in sorted(positions_by_content(record.chunks).items()):
             out.append(_attrs_update(content_hash, event.source_id, record, positions))
         return True
 
@@ -401,7 +210,7 @@ class SourceStage:
             if record.deleted or record.attrs is None:
                 return False
             record.attrs = msgspec.structs.replace(record.attrs, acl=event.acl, preferred=record.preferred)
-            for content_hash, positions in sorted(_positions_by_content(record.chunks).items()):
+            for content_hash, positions in sorted(positions_by_content(record.chunks).items()):
                 out.append(_attrs_update(content_hash, event.source_id, record, positions))
         else:
             snapshot = snapshots.get(_SNAPSHOT_PREFIX + event.collection)
@@ -414,7 +223,7 @@ class SourceStage:
                 )
             else:
                 found = None if event.chunks is not None else blocks(event.text or "", event.content_type)
-                chunks = document_chunks(event, self._params, _keeper(known), found)
+                chunks = document_chunks(event, self._params, line_keeper(known), found)
                 originals, plains = [c.original for c in chunks], [c.plain for c in chunks]
                 parsed = None if found is None else [block.plain for block in found]
             self._report_lines(record, event, out, parsed)
@@ -498,113 +307,6 @@ class SourceStage:
         out.append(Output("source-mappings", source_id, msgspec.Raw(value)))
 
 
-_Mapped = tuple[bytes, tuple[bytes, list[tuple[int, str]]] | None]
-
-
-def source_mapping(
-    source_id: str, chunks: Sequence[str], statuses: bytes, version: int, before: bytes, sent: bool
-) -> _Mapped | None:
-    """Return a source's mapping for ``version`` as :func:`mapping_in_python` says, compiled where the kernels are."""
-    compiled = kernels.native()
-    if compiled is None:
-        return mapping_in_python(source_id, chunks, statuses, version, before, sent)
-    return compiled.source_mapping(source_id, chunks, statuses, version, before, sent)  # type: ignore[no-any-return]
-
-
-def merge_statuses(chunks: Sequence[str], statuses: bytes, incoming: Sequence[bytes]) -> bytes | None:
-    """Take status lists into a source's statuses as :func:`merge_in_python` says, compiled where the kernels are."""
-    compiled = kernels.native()
-    if compiled is None:
-        return merge_in_python(chunks, statuses, incoming)
-    return compiled.merge_statuses(chunks, statuses, incoming)  # type: ignore[no-any-return]
-
-
-def mapping_in_python(
-    source_id: str,
-    chunks: Sequence[str],
-    statuses: bytes,
-    version: int,
-    before: bytes,
-    sent: bool,
-) -> _Mapped | None:
-    """A source's mapping in Python (the compiled ``source_mapping``'s twin, which the tests compare it with).
-
-    A source's mapping for ``version`` from its chunks and its contents' statuses (a packed status list): None
-    until every content
-    answered for that version. Else the fingerprint of each entry and, unless those equal ``before`` and ``sent``
-    says the mapping sent last was for this version, the value of its ``source-mappings`` record as JSON, with the
-    (position, chunk id) of each exact copy whose fingerprint is not the one ``before`` holds for its position.
-    """
-    record = SourceRecord(version=version, chunks=list(chunks), statuses=statuses)
-    entries = current_mapping("", record)
-    if entries is None:
-        return None
-    mapped = b"".join(_fingerprint(e) for e in entries)
-    if sent and mapped == before:
-        return mapped, None
-    at = [slice(e.position * _PRINT, (e.position + 1) * _PRINT) for e in entries]
-    merged = [
-        (e.position, e.chunk_id)
-        for e, cut in zip(entries, at, strict=True)
-        if e.relation == "exact" and before[cut] != mapped[cut]
-    ]
-    value = mapping_of_rows(source_id, version, [mapping_row(e) for e in entries])
-    return mapped, (msgspec.json.encode(value), merged)
-
-
-def merge_in_python(chunks: Sequence[str], statuses: bytes, incoming: Sequence[bytes]) -> bytes | None:
-    """Status lists merged in Python (the compiled ``merge_statuses``' twin, which the tests compare it with).
-
-    Take the packed status lists ``incoming`` into a source's ``statuses`` for its chunk list: a status is kept if
-    its content is still in the list and it is newer, by (seq, version), than the one held; those of contents no
-    longer in the list are dropped. Return the new packed list, or None if it did not change.
-    """
-    listed = set(chunks)
-    held = unpack_statuses(statuses)
-    merged = {h: e for h, e in held.items() if h in listed}
-    changed = len(merged) != len(held)
-    for packed in incoming:
-        for content_hash, entry in unpack_statuses(packed).items():
-            known = merged.get(content_hash)
-            if content_hash not in listed or (
-                known is not None and (known.seq, known.version) >= (entry.seq, entry.version)
-            ):
-                continue
-            merged[content_hash] = entry
-            changed = True
-    return pack_statuses(merged.values()) if changed else None
-
-
-def current_mapping(source_id: str, record: SourceRecord) -> list[MappingEntry] | None:
-    """Return a source's mapping from what its contents told it, or None until all answered for its version."""
-    entries: list[MappingEntry] = []
-    statuses = unpack_statuses(record.statuses)
-    for position, content_hash in enumerate(record.chunks):
-        status = statuses.get(content_hash)
-        if status is None or status.version != record.version or not status.chunk_id:
-            return None
-        chunk_id = content_hash if status.chunk_id == "=" else status.chunk_id
-        if status.relation == "near":
-            entries.append(MappingEntry(position, content_hash, chunk_id, "near", status.jaccard))
-        elif status.canonical_position == position:
-            entries.append(MappingEntry(position, content_hash, chunk_id, "canonical", 1.0))
-        else:
-            entries.append(MappingEntry(position, content_hash, chunk_id, "exact", 1.0))
-    return entries
-
-
-_PRINT = 8  # bytes of a mapping entry's fingerprint
-
-
-def _fingerprint(entry: MappingEntry) -> bytes:
-    """A short digest of a mapping entry: the record keeps these, not the entries, of the last mapping sent.
-
-    The compiled ``source_mapping`` computes the same (``native/src/mapping.rs``), which the tests compare.
-    """
-    text = f"{entry.content_hash}\x00{entry.chunk_id}\x00{entry.relation}\x00{entry.jaccard!r}"
-    return hashlib.blake2b(text.encode(), digest_size=_PRINT).digest()
-
-
 def _attrs_update(
     content_hash: str, source_id: str, record: SourceRecord, positions: tuple[int, ...]
 ) -> RefUpdate:
@@ -618,10 +320,3 @@ def _attrs_update(
         attrs_only=True,
         attrs_seq=record.attrs_seq,
     )
-
-
-def _positions_by_content(chunks: list[str]) -> dict[str, tuple[int, ...]]:
-    positions: dict[str, list[int]] = {}
-    for position, content_hash in enumerate(chunks):
-        positions.setdefault(content_hash, []).append(position)
-    return {h: tuple(p) for h, p in positions.items()}
