@@ -29,13 +29,11 @@ in the batch's, and the one that fails is dead-lettered.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
-import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -45,25 +43,22 @@ import msgspec
 from streamdedup.contract.codec import dead_letter, encode_for_dead_letter, event_key
 from streamdedup.core import kernels
 from streamdedup.core.engine import Engine
-from streamdedup.core.messages import STAGE_OF, STAGES, Message, Output, router
+from streamdedup.core.messages import Message, Output, router
 from streamdedup.core.model import InputEvent
 from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
+from streamdedup.drivers import shard_worker
 from streamdedup.drivers.collector import BatchCollector
 from streamdedup.drivers.embedded import COUNTERS_KEY, Origin, RunCounters, Runner, Sink
+from streamdedup.drivers.shard_worker import message_decoder, message_encoder
 from streamdedup.errors import StateError
 from streamdedup.store.base import VIEW_FAMILY, Transaction, check_params
-from streamdedup.store.rocksdb import RocksDBStore, record_cache, shard_count
+from streamdedup.store.rocksdb import RocksDBStore, shard_count
 
 __all__ = ["ParallelRunner"]
 
 logger = logging.getLogger(__name__)
 
 _BATCH_KEY = "parallel-batch"  # in the driver's store: the number of the last batch decided
-_THAW_EVERY = 64  # batches between two collections of the objects a worker froze (see drivers.collector)
-
-_messages = msgspec.msgpack.Encoder()
-_read_messages: msgspec.msgpack.Decoder[list[Message]] = msgspec.msgpack.Decoder(list[Message])
-_outputs = msgspec.json.Encoder()
 
 
 class _Carried(msgspec.Struct):
@@ -76,8 +71,6 @@ class _Carried(msgspec.Struct):
 
 _read_outputs: msgspec.json.Decoder[list[_Carried]] = msgspec.json.Decoder(list[_Carried])
 _NULL = msgspec.Raw(b"null")
-#: A prepared batch: its number and its changes, (stage, partition, writes) each.
-_PENDING_TYPE = tuple[int, list[tuple[str, int, dict[str, bytes | None]]]]
 
 
 class _WorkerFailed(Exception):
@@ -117,7 +110,7 @@ class ParallelRunner(Runner):
                 f"the state at {state} was written by a run in one process; run it without --workers "
                 "or use a new state directory"
             )
-        # Each worker is a new interpreter (python -m streamdedup.drivers.parallel FD) over a socket pair: a fork of
+        # Each worker is a new interpreter (python -m streamdedup.drivers.shard_worker FD) over a socket pair: a fork of
         # a process that has opened RocksDB would inherit its thread pools without their threads.
         self._conns: list[Connection] = []
         self._processes: list[subprocess.Popen[bytes]] = []
@@ -127,7 +120,8 @@ class ParallelRunner(Runner):
                 ours, theirs = socket.socketpair()
                 with ours, theirs:
                     process = subprocess.Popen(
-                        [sys.executable, "-m", __name__, str(theirs.fileno())], pass_fds=[theirs.fileno()]
+                        [sys.executable, "-m", shard_worker.__name__, str(theirs.fileno())],
+                        pass_fds=[theirs.fileno()],
                     )
                     self._processes.append(process)
                     self._conns.append(Connection(ours.detach()))
@@ -255,7 +249,7 @@ class ParallelRunner(Runner):
         while any(parcels) or any(inbound) or collection or waiting:
             for partition, parcel in enumerate(parcels):
                 if parcel:
-                    inbound[partition].append(_messages.encode(parcel))
+                    inbound[partition].append(message_encoder.encode(parcel))
             active = self._send(
                 {w: ("run", inbound[w]) for w in range(self.workers) if inbound[w] or w in waiting}
             )
@@ -287,7 +281,7 @@ class ParallelRunner(Runner):
                     if blob:
                         inbound[partition].append(blob)
                 if sent[self.workers]:
-                    collection.extend(_read_messages.decode(sent[self.workers]))
+                    collection.extend(message_decoder.decode(sent[self.workers]))
             if produced_here:
                 counts.observe_all(produced_here, txn)
                 outputs.extend(produced_here)
@@ -364,162 +358,3 @@ def _add(counters: RunCounters, added: dict[str, Any]) -> None:
                 counters.flags[reason] = counters.flags.get(reason, 0) + count
         else:
             setattr(counters, name, getattr(counters, name) + value)
-
-
-def _worker_main(conn: Connection) -> None:
-    """A worker: one partition of the source, content and band stages, with a store of its own, at the driver's
-    command."""
-    index, workers, path, params, fault_source_id, where, state_cache_mb, kind = conn.recv()
-    kernels.use(kind)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the workers when it is interrupted
-    gc.disable()  # a batch's objects are freed by reference counting; see drivers.collector
-    try:
-        engine = Engine(params, fault_source_id=fault_source_id)
-        store = RocksDBStore(path, records=record_cache(state_cache_mb))
-    except Exception as exc:
-        conn.send(("state", f"cannot open worker {index}'s state at {path}: {exc}"))
-        return
-    worker = _Worker(index, workers, engine, store)
-    try:
-        try:
-            check_params(store, params, where=where)
-        except Exception as exc:
-            conn.send(("state", str(exc)))
-            return
-        conn.send(("ok", None))
-        while True:
-            try:
-                command, argument = conn.recv()
-            except EOFError:
-                return  # the driver is gone
-            if command == "stop":
-                return
-            try:
-                conn.send(("ok", worker.do(command, argument)))
-            except StateError as exc:
-                conn.send(("state", str(exc)))
-            except Exception as exc:
-                conn.send(("error", (type(exc).__name__, str(exc))))
-    finally:
-        store.close()
-
-
-class _Worker:
-    """What a worker process holds: its engine, its store, and the transactions of the batch that runs."""
-
-    def __init__(self, index: int, workers: int, engine: Engine, store: RocksDBStore) -> None:
-        self.index, self.workers = index, workers
-        self.engine, self.store = engine, store
-        self.prepared = store.path / "prepared"  # the batch this worker prepared, until it applies it
-        self.route = router(workers)
-        self.batch: Transaction | None = None
-        self.nested: Transaction | None = None
-        self.batches = 0
-        # What this worker's partitions sent one another in the last round, for the next (see run).
-        self.kept: dict[str, list[Message]] = {stage: [] for stage in STAGES}
-
-    def do(self, command: str, argument: Any) -> Any:
-        if command == "run":
-            txn = self.nested or self.batch
-            assert txn is not None
-            return self.run(txn, argument)
-        # A new batch, or an event of a failed batch applied alone, starts with nothing kept from before.
-        if command in ("begin", "nest", "drop"):
-            self.kept = {stage: [] for stage in STAGES}
-        if command == "begin":
-            self.batch, self.nested = Transaction(self.store), None
-        elif command == "nest":
-            assert self.batch is not None
-            self.nested = self.batch.nested()
-        elif command == "keep":
-            assert self.nested is not None
-            self.nested.commit()
-            self.nested = None
-        elif command == "drop":
-            self.nested = None
-        elif command == "prepare":
-            assert self.batch is not None
-            changes = [
-                (stage, partition, writes) for (stage, partition), writes in self.batch.changes.items()
-            ]
-            # A file beside the store, replaced whole: written into the store, a batch's changes would fill its
-            # memtables twice over.
-            draft = self.prepared.with_suffix(".draft")
-            draft.write_bytes(msgspec.msgpack.encode((argument, changes)))
-            draft.replace(self.prepared)
-        elif command == "apply":
-            assert self.batch is not None
-            self.batch.commit()
-            self.batch = None
-            self.prepared.unlink()
-            self.collect()
-        elif command == "recover":
-            self.recover(argument)
-        else:  # pragma: no cover - the driver sends only the commands above
-            raise ValueError(f"unknown command {command!r}")
-        return None
-
-    def run(self, txn: Transaction, blobs: list[bytes]) -> tuple[list[bytes], bytes, dict[str, Any], bool]:
-        """Run each stage once on what its partition here received, and return what that caused.
-
-        A stage takes, in one call, what this worker's partitions sent it in the last round and what arrived from
-        the others for this one: a text that copies from several workers' sources hold is then settled, stored and
-        emitted once, as in one process, instead of once for the local copies and again for the remote ones.
-        What it sends a partition here waits for the next round, with what arrives then.
-
-        Return the messages for each other worker (MessagePack, empty for none), the outputs (JSON), what they add
-        to the run's totals (this worker keeps the view of the keys its partitions emit: a source's mapping comes
-        from its source partition, a chunk from its content partition), and whether it kept messages for the next
-        round.
-        """
-        arrived, self.kept = self.kept, {stage: [] for stage in STAGES}
-        for blob in blobs:
-            for message in _read_messages.decode(blob):
-                arrived[STAGE_OF[type(message)]].append(message)
-        # For each other worker, and last for the driver (the collection stage).
-        remote: list[list[Message]] = [[] for _ in range(self.workers + 1)]
-        outputs: list[Output] = []
-        here = self.index
-        route: Callable[[Message], list[tuple[str, int, Message]]] = self.route
-        for stage in STAGES:
-            if not arrived[stage]:
-                continue
-            for item in self.engine.handle(stage, arrived[stage], txn.partition(stage, here)):
-                if isinstance(item, Output):
-                    outputs.append(item)
-                    continue
-                for to_stage, partition, message in route(item):
-                    if to_stage == "collection":
-                        remote[-1].append(message)
-                    elif partition == here:
-                        self.kept[to_stage].append(message)
-                    else:
-                        remote[partition].append(message)
-        counts = RunCounters()
-        counts.observe_all(outputs, txn)
-        sent = [_messages.encode(r) if r else b"" for r in remote]
-        return sent, _outputs.encode(outputs), counts.__dict__, any(self.kept.values())
-
-    def recover(self, decided: int) -> None:
-        """Apply a prepared batch that the driver decided; drop one it did not."""
-        if not self.prepared.exists():
-            return
-        batch, changes = msgspec.msgpack.decode(self.prepared.read_bytes(), type=_PENDING_TYPE)
-        if batch <= decided:
-            logger.info(
-                "worker %d applies batch %d, which the run committed before it stopped", self.index, batch
-            )
-            self.store.commit({(stage, partition): writes for stage, partition, writes in changes}, {})
-        self.prepared.unlink()
-
-    def collect(self) -> None:
-        """Freeze what the batch left alive, or every few batches let the collector see it again."""
-        self.batches += 1
-        if self.batches % _THAW_EVERY == 0:
-            gc.unfreeze()
-            gc.collect()
-        gc.freeze()
-
-
-if __name__ == "__main__":
-    _worker_main(Connection(int(sys.argv[1])))

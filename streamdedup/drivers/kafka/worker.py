@@ -44,18 +44,18 @@ import mode
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
-from streamdedup.contract.codec import decode_event, encode_for_dead_letter, encode_output_value, event_key
+from streamdedup.contract.codec import decode_event, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
-from streamdedup.core.messages import STAGES, Message, Output
+from streamdedup.core.messages import STAGES, Message
 from streamdedup.core.model import InputEvent
 from streamdedup.core.output_view import OUTPUT_TOPICS
 from streamdedup.core.partitioning import partition_for
 from streamdedup.drivers.collector import collector_paused
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
-from streamdedup.drivers.kafka.changelog import headers as call_headers
-from streamdedup.drivers.kafka.changelog import opening
 from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
 from streamdedup.drivers.kafka.metrics import Metrics
+from streamdedup.drivers.kafka.offsets import CommittedOffsets
+from streamdedup.drivers.kafka.outbox import Outbox
 from streamdedup.drivers.kafka.partitions import PartitionStore, PartitionStores, recover
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.errors import InvalidEventError, StateError
@@ -87,7 +87,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.worker.assign(assigned)
 
 
-class StageWorker(mode.Service):
+class StageWorker(Outbox, CommittedOffsets, mode.Service):
     """Consume, apply and deliver, with state in one partition store per assigned stage partition."""
 
     def __init__(
@@ -472,139 +472,3 @@ class StageWorker(mode.Service):
                 continue
             nested.commit()
         return delivered
-
-    def _add_produced(self, sends: Sends, produced: Sequence[Message | Output]) -> list[Output]:
-        """Queue a handler's outputs and stage messages (batched per stage partition); return the outputs."""
-        outputs: list[Output] = []
-        groups: dict[tuple[str, int], list[Message]] = {}
-        partitions = self.settings.partitions
-        for item in produced:
-            if isinstance(item, Output):
-                outputs.append(item)
-            else:
-                for stage, partition, part in self.engine.destinations(item, partitions):
-                    groups.setdefault((stage, partition), []).append(part)
-        for (stage, partition), messages in groups.items():
-            for data in encode_batches(messages, max_bytes=self.settings.max_batch_bytes):
-                sends.add(self.names.stage(stage), partition, None, data)
-        assert self._partitions is not None
-        topics = self._output_topics
-        for output in outputs:
-            topic = topics[output.topic]
-            key = output.key.encode("utf-8") if output.key is not None else None
-            sends.add(topic, self._partitions.for_key(topic, key), key, encode_output_value(output))
-        return outputs
-
-    async def _open_call(self, store: PartitionStore, last: int) -> None:
-        """Send the record that opens a call applying the input after the store's applied offset up to ``last``,
-        and wait for Kafka (:mod:`.changelog`)."""
-        sends = self._sends("changelog")
-        key, value, hdrs = opening(store.applied, last)
-        sends.add(self.names.changelog(store.stage), store.partition, key, value, hdrs)
-        await sends.send()
-
-    async def _write_changelog(
-        self, store: PartitionStore, changes: dict[str, bytes | None], applied: int
-    ) -> int:
-        """Send a call's key writes to the changelog partition; return the offset of its last record."""
-        self._calls += 1
-        hdrs = call_headers(f"{self._instance}-{self._calls}", len(changes), applied)
-        sends = self._sends("changelog")
-        topic = self.names.changelog(store.stage)
-        keys = sorted(changes)
-        for key in keys[:-1]:
-            sends.add(topic, store.partition, key.encode("utf-8"), changes[key])
-        sends.add(
-            topic, store.partition, keys[-1].encode("utf-8"), changes[keys[-1]], hdrs
-        )  # closes the call
-        self.metrics.changelog_records.inc(len(changes))
-        last = await sends.send()
-        return last[(topic, store.partition)]
-
-    def _dead_letter(
-        self,
-        sends: Sends,
-        tp: TopicPartition,
-        record: Any,
-        error: str,
-        reason: str,
-        value: bytes | None,
-        key: bytes | None,
-    ) -> None:
-        """Queue a record for ``dlq`` with headers saying where it came from and why."""
-        hdrs = [
-            ("origin-topic", tp.topic.encode()),
-            ("origin-partition", str(tp.partition).encode()),
-            ("origin-offset", str(record.offset).encode()),
-            ("error", error.encode("utf-8", "replace")[:4096]),
-        ]
-        self.metrics.dead_letters.labels(reason).inc()
-        topic = self.names.output("dlq")
-        assert self._partitions is not None
-        sends.add(topic, self._partitions.for_key(topic, key), key, value, hdrs)
-
-    def _sends(self, kind: str = "output") -> Sends:
-        assert self._producer is not None
-        return Sends(self._producer, self.metrics, self.faults, kind)
-
-    # Offsets.
-
-    async def _commit(self, *, force: bool = False) -> None:
-        """Commit the next offset to read of every partition that moved since the last commit."""
-        self._last_commit = time.monotonic()
-        consumer = self._consumer
-        if consumer is None:
-            return
-        assignment = consumer.assignment()
-        offsets = {
-            tp: offset
-            for tp, offset in self._done.items()
-            if tp in assignment and (force or offset > self._committed.get(tp, -1))
-        }
-        if offsets:
-            await consumer.commit(offsets)
-            self._committed.update(offsets)
-
-    async def check_commits(self) -> int:
-        """Recommit partitions whose committed offset was behind the applied one at two checks in a row.
-
-        Return how many were recommitted.
-        """
-        consumer = self._consumer
-        if consumer is None:
-            return 0
-        repaired = 0
-        for tp, done in list(self._done.items()):
-            if tp not in consumer.assignment():
-                continue
-            committed = await consumer.committed(tp)
-            if committed is not None and committed >= done:
-                self._behind.pop(tp, None)
-                continue
-            self._behind[tp] = self._behind.get(tp, 0) + 1
-            if self._behind[tp] >= 2:
-                logger.warning(
-                    "%s-%d: committed %s stays behind %d; committing again",
-                    tp.topic,
-                    tp.partition,
-                    committed,
-                    done,
-                )
-                async with self._lock:
-                    await consumer.commit({tp: self._done[tp]})
-                self.metrics.commit_repairs.inc()
-                self._behind.pop(tp, None)
-                repaired += 1
-        return repaired
-
-    def update_lag(self) -> None:
-        """Refresh the consumer-lag gauges: each partition's end minus the next offset to read."""
-        consumer = self._consumer
-        if consumer is None:
-            return
-        for tp in consumer.assignment():
-            highwater = consumer.highwater(tp)
-            if highwater is None or tp not in self._done:
-                continue
-            lag = highwater - self._done.get(tp, 0)
-            self.metrics.lag.labels(tp.topic, str(tp.partition)).set(max(0, lag))
