@@ -27,11 +27,11 @@ from streamdedup.query.calibration import (
     Calibration,
     calibrate,
     candidate_banding,
-    corpus_from_events,
     suggest,
     thresholds,
     word_diff,
 )
+from streamdedup.query.corpus import corpus_from_events
 from streamdedup.store.memory import MemoryStore
 from streamdedup.store.rocksdb import RocksDBStore
 from tests.helpers import upsert

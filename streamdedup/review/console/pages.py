@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamdedup.query.calibration import CorpusText, VerifiedPair, pair_outcome
+from streamdedup.query.calibration import VerifiedPair, pair_outcome
+from streamdedup.query.corpus import CorpusText
 from streamdedup.review.console.data import (
     ConsoleData,
     Decision,

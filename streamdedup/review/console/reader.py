@@ -21,7 +21,8 @@ from streamdedup.core.params import EngineParams
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.stages.collection import collection_key, line_hash, line_key
 from streamdedup.core.state import CollectionRecord, ContentRecord, LineRecord
-from streamdedup.query.calibration import Corpus, VerifiedPair, candidate_pairs, verify_pairs
+from streamdedup.query.calibration import VerifiedPair, candidate_pairs, verify_pairs
+from streamdedup.query.corpus import Corpus
 from streamdedup.store.rocksdb import read_only
 
 __all__ = ["BoilerplateLine", "CollectionLines", "StateReader"]

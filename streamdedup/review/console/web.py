@@ -29,7 +29,8 @@ from aiohttp import web
 
 from streamdedup.core.params import EngineParams
 from streamdedup.errors import StreamDedupError
-from streamdedup.query.calibration import CorpusText, VerifiedPair
+from streamdedup.query.calibration import VerifiedPair
+from streamdedup.query.corpus import CorpusText
 from streamdedup.review.console.data import ConsoleData, line_subject, pair_subject, source_subject
 from streamdedup.review.console.pages import calibration_figures, queue_items, sample_items
 from streamdedup.review.console.reader import StateReader
