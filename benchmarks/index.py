@@ -222,7 +222,7 @@ def timed_index(outputs: Path, index: Path, embedder: Any, reviews: Path) -> dic
     """Index ``outputs`` into ``lancedb://index`` in this process, as ``streamdedup index --from`` does, timed."""
     from streamdedup.contract.codec import encode_output_line
     from streamdedup.index.writer import IndexWriter
-    from streamdedup.query.live_view import OutputFile
+    from streamdedup.query.output_file import OutputFile
     from streamdedup.settings import Settings
 
     settings = Settings()

@@ -5,15 +5,7 @@
 'streamdedup.query.live_view'
 """
 
-from streamdedup.query.live_view import (
-    FORMAT,
-    Applier,
-    OutputFile,
-    Pending,
-    Record,
-    View,
-    ViewWriter,
-    build_view,
-)
+from streamdedup.query.live_view import FORMAT, Pending, Record, View, ViewWriter
+from streamdedup.query.output_file import Applier, OutputFile, build_view
 
 __all__ = ["FORMAT", "Applier", "OutputFile", "Pending", "Record", "View", "ViewWriter", "build_view"]

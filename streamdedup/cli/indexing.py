@@ -34,7 +34,8 @@ from streamdedup.errors import ConfigurationError
 from streamdedup.index import open_sink
 from streamdedup.index.embeddings import embedder_from_spec
 from streamdedup.index.writer import IndexCounters, IndexWriter
-from streamdedup.query.live_view import OutputFile, Record
+from streamdedup.query.live_view import Record
+from streamdedup.query.output_file import OutputFile
 from streamdedup.settings import Settings
 
 __all__ = ["IndexMetrics", "index_command", "index_summary", "writer_directory"]

@@ -23,7 +23,8 @@ from rich.console import Console
 from streamdedup.core.output_view import COMPACTED_TOPICS
 from streamdedup.drivers.kafka.admin import partitions_of, start_reader
 from streamdedup.drivers.kafka.topics import TopicNames
-from streamdedup.query.live_view import Applier, OutputFile, ViewWriter
+from streamdedup.query.live_view import ViewWriter
+from streamdedup.query.output_file import Applier, OutputFile
 from streamdedup.settings import Settings
 
 __all__ = ["materialize_into_command", "materialize_topics", "read_file", "stopping"]

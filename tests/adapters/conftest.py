@@ -23,7 +23,8 @@ from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.drivers.feeds import run_feed
 from streamdedup.drivers.jsonl import FileSink, JsonlFeed
 from streamdedup.errors import InvalidEventError
-from streamdedup.query.live_view import View, build_view
+from streamdedup.query.live_view import View
+from streamdedup.query.output_file import build_view
 from streamdedup.store.memory import MemoryStore
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"

@@ -34,7 +34,8 @@ from streamdedup.index import open_sink
 from streamdedup.index.lancedb import LanceDBSink
 from streamdedup.index.sink import Row, Sink
 from streamdedup.index.writer import IndexWriter
-from streamdedup.query.live_view import OutputFile, ViewWriter
+from streamdedup.query.live_view import ViewWriter
+from streamdedup.query.output_file import OutputFile
 from streamdedup.query.safety_net import readable
 from streamdedup.review.decisions import decision_event, parse_decision
 from streamdedup.store.memory import MemoryStore

@@ -309,7 +309,7 @@ def example_outputs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_memory_lookup_answers_as_the_view_does(example_outputs, tmp_path):
-    from streamdedup.query.live_view import build_view
+    from streamdedup.query.output_file import build_view
 
     lookup = MemoryLookup.from_outputs(json.loads(line) for line in example_outputs.read_text().splitlines())
     with build_view(example_outputs, tmp_path / "view") as view:

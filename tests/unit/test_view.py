@@ -10,7 +10,8 @@ from streamdedup.cli.main import app
 from streamdedup.core.messages import Output
 from streamdedup.core.output_view import View as Fold
 from streamdedup.errors import StateError
-from streamdedup.query.live_view import OutputFile, View, ViewWriter, build_view
+from streamdedup.query.live_view import View, ViewWriter
+from streamdedup.query.output_file import OutputFile, build_view
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
 runner = CliRunner()
