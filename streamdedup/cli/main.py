@@ -7,18 +7,17 @@ Global options set engine parameters (also read from ``STREAMDEDUP_*``); each co
 from __future__ import annotations
 
 import difflib
-import functools
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from streamdedup.cli.decide_commands import decide_app
+from streamdedup.cli.terminal import err, guard, settings_of
 from streamdedup.errors import StreamDedupError
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
     from streamdedup.settings import Settings
 
 __all__ = ["app", "main"]
@@ -31,19 +30,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-
-@functools.cache
-def err() -> Console:
-    """Return the console for errors, made on first use (the worker never needs one)."""
-    from rich.console import Console
-
-    return Console(stderr=True)
-
-
-def _settings(ctx: typer.Context) -> Settings:
-    settings: Settings = ctx.obj
-    return settings
 
 
 @app.callback()
@@ -141,7 +127,7 @@ def run(
     """Run the engine embedded (no broker) over INPUT and append the outputs to --out."""
     from streamdedup.cli.run import run_command
 
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     if batch_size is not None:
         settings = settings.model_copy(update={"batch_size": batch_size})
     if workers is not None:
@@ -163,7 +149,7 @@ def run(
 
             index_command(settings, index, None, Path(out), False, None, err())
 
-    _guard(both)
+    guard(both)
 
 
 @app.command()
@@ -184,8 +170,8 @@ def inspect(
     if (source is None) == (chunk is None):
         err().print("[red]give exactly one of --source and --chunk[/red]")
         raise typer.Exit(2)
-    settings = _settings(ctx)
-    _guard(lambda: inspect_command(settings, _state_dir(settings, state), source, chunk, json_output))
+    settings = settings_of(ctx)
+    guard(lambda: inspect_command(settings, _state_dir(settings, state), source, chunk, json_output))
 
 
 @app.command()
@@ -198,8 +184,8 @@ def boilerplate(
     """List the learned boilerplate lines per collection, with how many documents contain them."""
     from streamdedup.cli.inspect import boilerplate_command
 
-    settings = _settings(ctx)
-    _guard(lambda: boilerplate_command(settings, _state_dir(settings, state), collection, json_output))
+    settings = settings_of(ctx)
+    guard(lambda: boilerplate_command(settings, _state_dir(settings, state), collection, json_output))
 
 
 @app.command()
@@ -211,11 +197,11 @@ def worker(
     """Run the streaming service: Faust agents over the Kafka topics (STREAMDEDUP_BROKER)."""
     from streamdedup.cli.service import worker_command
 
-    settings = _settings(ctx)
+    settings = settings_of(ctx)
     if data_dir is not None:
         settings = settings.model_copy(update={"data_dir": data_dir})
     _warn_on_python_kernels(settings)
-    _guard(lambda: worker_command(settings, loglevel))
+    guard(lambda: worker_command(settings, loglevel))
 
 
 @app.command()
@@ -234,7 +220,7 @@ def produce(
     """Send input events to the documents topic, keyed by source_id; never stops on a bad line."""
     from streamdedup.cli.topic_io import produce_command
 
-    _guard(lambda: produce_command(_settings(ctx), file, err(), skip_invalid=skip_invalid))
+    guard(lambda: produce_command(settings_of(ctx), file, err(), skip_invalid=skip_invalid))
 
 
 @app.command()
@@ -251,7 +237,7 @@ def tail(
     """Print a topic's records as JSON lines, from the beginning."""
     from streamdedup.cli.topic_io import tail_command
 
-    _guard(lambda: tail_command(_settings(ctx), topic, follow, limit))
+    guard(lambda: tail_command(settings_of(ctx), topic, follow, limit))
 
 
 @app.command()
@@ -282,11 +268,11 @@ def materialize(
             raise typer.Exit(2)
         from streamdedup.cli.topic_io import materialize_command
 
-        _guard(lambda: materialize_command(_settings(ctx), out, err()))
+        guard(lambda: materialize_command(settings_of(ctx), out, err()))
         return
     from streamdedup.cli.materialize import materialize_into_command
 
-    _guard(lambda: materialize_into_command(_settings(ctx), into, from_, follow, err()))
+    guard(lambda: materialize_into_command(settings_of(ctx), into, from_, follow, err()))
 
 
 @app.command()
@@ -315,8 +301,8 @@ def index(
     if reviews is not None and from_ is None:
         err().print("[red]--reviews needs --from FILE (from the topics, flags go to the review topic)[/red]")
         raise typer.Exit(2)
-    settings = _settings(ctx)
-    _guard(lambda: index_command(settings, into, state, from_, follow, reviews, err()))
+    settings = settings_of(ctx)
+    guard(lambda: index_command(settings, into, state, from_, follow, reviews, err()))
 
 
 @app.command(name="eval")
@@ -341,8 +327,8 @@ def eval_(
     """Compare BM25 top-k over every chunk position with top-k over canonical chunks only."""
     from streamdedup.cli.evaluate import eval_command
 
-    settings = _settings(ctx)
-    _guard(lambda: eval_command(settings, input, queries, k, json_out, err(), collection=collection))
+    settings = settings_of(ctx)
+    guard(lambda: eval_command(settings, input, queries, k, json_out, err(), collection=collection))
 
 
 @app.command()
@@ -369,8 +355,8 @@ def calibrate(
     if (input is None) == (state is None):
         err().print("[red]give exactly one of INPUT and --state[/red]")
         raise typer.Exit(2)
-    settings = _settings(ctx)
-    _guard(lambda: calibrate_command(settings, input, state, out, samples, err(), collection=collection))
+    settings = settings_of(ctx)
+    guard(lambda: calibrate_command(settings, input, state, out, samples, err(), collection=collection))
 
 
 @app.command()
@@ -405,147 +391,11 @@ def review(
     """Serve the review console: flags to decide, a calibration sample to judge, boilerplate lines."""
     from streamdedup.cli.reviewing import review_command
 
-    settings = _settings(ctx)
-    _guard(lambda: review_command(settings, state, out, broker, host, port, by, sample, verdicts, err()))
+    settings = settings_of(ctx)
+    guard(lambda: review_command(settings, state, out, broker, host, port, by, sample, verdicts, err()))
 
 
-decide_app = typer.Typer(
-    help="Record a reviewer's decision (the review console writes the same events).", no_args_is_help=True
-)
 app.add_typer(decide_app, name="decide")
-
-_StateOption = Annotated[Path | None, typer.Option(help="Embedded: the state directory of 'run'.")]
-_OutOption = Annotated[Path | None, typer.Option(help="Embedded: the output file of 'run' (appended to).")]
-_BrokerOption = Annotated[
-    str | None, typer.Option(help="Kafka: send it to the documents topic at this broker.")
-]
-_PrintOption = Annotated[bool, typer.Option("--print", help="Print the event as a JSONL line instead.")]
-_ByOption = Annotated[str | None, typer.Option(help="Who decides (default: $USER).")]
-_NoteOption = Annotated[str | None, typer.Option(help="Why, for the audit record.")]
-_VersionOption = Annotated[
-    int | None, typer.Option(help="The decision's version (default: now in microseconds; the newest wins).")
-]
-_PairA = Annotated[str, typer.Argument(help="A content hash, or the review key HASH_A:HASH_B.")]
-_PairB = Annotated[str | None, typer.Argument(help="The other content hash.")]
-_ReasonOption = Annotated[
-    str | None,
-    typer.Option(
-        help="The reason of the flag it answers (fact_conflict, acl_boundary, semantic); read from --out when "
-        "there is one. A merge of an acl_boundary flag is refused."
-    ),
-]
-
-
-def _decide(
-    ctx: typer.Context,
-    kind: str,
-    subject: dict[str, Any],
-    state: Path | None,
-    out: Path | None,
-    broker: str | None,
-    print_only: bool,
-    by: str | None,
-    note: str | None,
-    version: int | None,
-    reason: str | None = None,
-) -> None:
-    import os
-
-    from streamdedup.cli.decide import decide_command
-
-    settings = _settings(ctx)
-    who = by or os.environ.get("USER") or "reviewer"
-    _guard(
-        lambda: decide_command(
-            settings,
-            kind,
-            subject,
-            state=state,
-            out=out,
-            broker=broker,
-            print_only=print_only,
-            by=who,
-            note=note,
-            version=version,
-            reason=reason,
-            console=err(),
-        )
-    )
-
-
-def _pair_command(kind: str, summary: str) -> None:
-    def command(
-        ctx: typer.Context,
-        first: _PairA,
-        second: _PairB = None,
-        state: _StateOption = None,
-        out: _OutOption = None,
-        broker: _BrokerOption = None,
-        print_only: _PrintOption = False,
-        by: _ByOption = None,
-        note: _NoteOption = None,
-        version: _VersionOption = None,
-        reason: _ReasonOption = None,
-    ) -> None:
-        from streamdedup.cli.decide import pair_of
-
-        try:
-            pair = pair_of(first, second)
-        except StreamDedupError as exc:
-            err().print(f"[red]error:[/red] {exc}")
-            raise typer.Exit(2) from exc
-        _decide(ctx, kind, {"pair": pair}, state, out, broker, print_only, by, note, version, reason)
-
-    command.__doc__ = summary
-    decide_app.command(name=kind.replace("_", "-"))(command)
-
-
-def _source_command(kind: str, summary: str) -> None:
-    def command(
-        ctx: typer.Context,
-        source_id: Annotated[str, typer.Argument(help="The source.")],
-        state: _StateOption = None,
-        out: _OutOption = None,
-        broker: _BrokerOption = None,
-        print_only: _PrintOption = False,
-        by: _ByOption = None,
-        note: _NoteOption = None,
-        version: _VersionOption = None,
-    ) -> None:
-        _decide(ctx, kind, {"source_id": source_id}, state, out, broker, print_only, by, note, version)
-
-    command.__doc__ = summary
-    decide_app.command(name=kind)(command)
-
-
-def _line_command(kind: str, summary: str) -> None:
-    def command(
-        ctx: typer.Context,
-        collection: Annotated[str, typer.Argument(help="The collection.")],
-        line: Annotated[str, typer.Argument(help="The line (as in 'streamdedup boilerplate').")],
-        state: _StateOption = None,
-        out: _OutOption = None,
-        broker: _BrokerOption = None,
-        print_only: _PrintOption = False,
-        by: _ByOption = None,
-        note: _NoteOption = None,
-        version: _VersionOption = None,
-    ) -> None:
-        subject = {"collection": collection, "line": line}
-        _decide(ctx, kind, subject, state, out, broker, print_only, by, note, version)
-
-    command.__doc__ = summary
-    decide_app.command(name=kind.replace("_", "-"))(command)
-
-
-_pair_command("keep_separate", "Keep two texts apart: the pair's flag is resolved and never raised again.")
-_pair_command("merge", "Merge two flagged texts (fact_conflict or semantic); never across an acl_boundary.")
-_pair_command("reopen", "Undo keep-separate or merge: the pair goes back to the rules.")
-_source_command("prefer", "Make a source's copies the canonical ones of their clusters.")
-_source_command("unprefer", "Undo prefer: the canonical policy decides again.")
-_line_command("boilerplate_allow", "Keep a line of a collection although it is frequent.")
-_line_command("boilerplate_strip", "Strip a line of a collection although it is rare.")
-_line_command("boilerplate_auto", "Undo allow or strip: the line's counts decide again.")
 
 
 @app.command()
@@ -553,17 +403,7 @@ def config(ctx: typer.Context) -> None:
     """Print the effective settings and the LSH banding they imply."""
     from streamdedup.cli.config import config_command
 
-    config_command(_settings(ctx))
-
-
-def _guard(action: Any) -> None:
-    try:
-        action()
-    except StreamDedupError as exc:
-        from rich.markup import escape
-
-        err().print(f"[red]error:[/red] {escape(str(exc))}")
-        raise typer.Exit(1) from exc
+    config_command(settings_of(ctx))
 
 
 def main() -> None:
