@@ -213,28 +213,35 @@ def _markdown_blocks(text: str) -> Iterator[Block]:
         if not token.type.endswith("_open"):
             i += 1  # hr and anything without text
             continue
-        depth, j, texts, rows = 0, i, [], []
-        while j < len(tokens):
-            inner = tokens[j]
-            depth += inner.nesting
-            if inner.type == "inline":
-                texts.append(_inline_text(inner))
-            elif inner.type in ("fence", "code_block"):
-                texts.append(inner.content.rstrip("\n"))
-            elif inner.type == "tr_close":
-                rows.append(" ".join(texts))
-                texts = []
-            if depth == 0:
-                break
-            j += 1
-        kind = {"heading_open": "heading", "paragraph_open": "paragraph", "table_open": "table",
-                "blockquote_open": "quote"}.get(token.type, "list")  # fmt: skip
-        plain = "\n".join(rows + texts) if kind == "table" else "\n".join(texts)
+        j, kind, plain = _container(tokens, i)
         if plain.strip():
             yield Block(kind, original, plain)
         i = j + 1
     if cut is not None:
         yield from (Block("paragraph", part, part) for part in paragraphs(tail))
+
+
+def _container(tokens: list[Any], start: int) -> tuple[int, str, str]:
+    """Return where the top-level block opened at ``tokens[start]`` closes, its kind, and its plain text (a table's
+    rows one a line)."""
+    depth, j, texts, rows = 0, start, [], []
+    while j < len(tokens):
+        inner = tokens[j]
+        depth += inner.nesting
+        if inner.type == "inline":
+            texts.append(_inline_text(inner))
+        elif inner.type in ("fence", "code_block"):
+            texts.append(inner.content.rstrip("\n"))
+        elif inner.type == "tr_close":
+            rows.append(" ".join(texts))
+            texts = []
+        if depth == 0:
+            break
+        j += 1
+    kind = {"heading_open": "heading", "paragraph_open": "paragraph", "table_open": "table",
+            "blockquote_open": "quote"}.get(tokens[start].type, "list")  # fmt: skip
+    plain = "\n".join(rows + texts) if kind == "table" else "\n".join(texts)
+    return j, kind, plain
 
 
 # -- HTML ---------------------------------------------------------------------------------------------------------

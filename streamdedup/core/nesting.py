@@ -58,28 +58,14 @@ def too_deep(text: str, *, limit: int) -> bool:
             continue
         name = name.lower()
         if closing:
-            if open_count.get(name):
-                while stack:
-                    top = stack.pop()
-                    open_count[top] -= 1
-                    foreign -= top in _FOREIGN
-                    if top == name:
-                        break
+            foreign -= _close(stack, open_count, name)
             continue
         if name in _FLAT and not foreign:
             continue  # the commonest case, decided first
         if foreign and name in _BREAKOUT:
-            while foreign and stack:  # leave foreign content: close up to the outermost svg or math
-                top = stack.pop()
-                open_count[top] -= 1
-                foreign -= top in _FOREIGN
-        if foreign:
-            if not rest.rstrip().endswith("/"):
-                _push(stack, open_count, name)
-        elif name in _FOREIGN:
-            if not rest.rstrip().endswith("/"):
-                _push(stack, open_count, name)
-                foreign += 1
+            foreign = _leave_foreign(stack, open_count, foreign)
+        if foreign or name in _FOREIGN:
+            foreign = _open_foreign(stack, open_count, name, rest, foreign)
         elif name == "plaintext":
             break  # everything after it is text
         elif name in _RAW_TEXT:
@@ -96,6 +82,38 @@ def too_deep(text: str, *, limit: int) -> bool:
 def _push(stack: list[str], open_count: dict[str, int], name: str) -> None:
     stack.append(name)
     open_count[name] = open_count.get(name, 0) + 1
+
+
+def _close(stack: list[str], open_count: dict[str, int], name: str) -> int:
+    """Close the elements up to the innermost open ``name``, if one is open; return how many were svg or math."""
+    closed = 0
+    if open_count.get(name):
+        while stack:
+            top = stack.pop()
+            open_count[top] -= 1
+            closed += top in _FOREIGN
+            if top == name:
+                break
+    return closed
+
+
+def _leave_foreign(stack: list[str], open_count: dict[str, int], foreign: int) -> int:
+    """Leave foreign content: close up to the outermost svg or math; return the svg and math elements left open."""
+    while foreign and stack:
+        top = stack.pop()
+        open_count[top] -= 1
+        foreign -= top in _FOREIGN
+    return foreign
+
+
+def _open_foreign(stack: list[str], open_count: dict[str, int], name: str, rest: str, foreign: int) -> int:
+    """Open an element in foreign content, or the svg or math element that starts it (unless it closes itself);
+    return the count of open foreign elements, which only the element that starts foreign content raises."""
+    if not rest.rstrip().endswith("/"):
+        _push(stack, open_count, name)
+        if not foreign:
+            foreign += 1
+    return foreign
 
 
 def _comment_end(text: str, after_open: int) -> int:

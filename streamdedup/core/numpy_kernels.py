@@ -59,26 +59,10 @@ def _word_hashes(
     return out
 
 
-def numpy_kernel(
-    data: npt.NDArray[np.uint8],
-    offsets: npt.NDArray[np.int64],
-    size: int,
-    a: npt.NDArray[np.uint32],
-    b: npt.NDArray[np.uint32],
-    out: npt.NDArray[np.uint32],
-    distinct: npt.NDArray[np.int64],
-) -> None:
-    """Fill ``out`` and ``distinct`` as the compiled kernel does, with NumPy array operations.
-
-    Words are runs of bytes other than a space inside each text ``data[offsets[i]:offsets[i + 1]]``.
-    """
-    texts = len(offsets) - 1
-    out[:] = 0xFFFFFFFF
-    distinct[:] = 0
-    total = int(offsets[-1])
-    if total == 0 or texts == 0:
-        return
-    raw = data[:total]
+def _word_spans(
+    raw: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], total: int
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Return where the words of the texts in ``raw`` start and end (runs of bytes other than a space)."""
     word = raw != 32
     before = np.zeros(total, dtype=bool)
     before[1:] = word[:-1]
@@ -87,17 +71,19 @@ def numpy_kernel(
     bounds = offsets[(offsets > 0) & (offsets < total)]
     before[bounds] = False  # a text's first byte starts a word, its last ends one
     after[bounds - 1] = False
-    starts = np.flatnonzero(word & ~before)
-    if not len(starts):
-        return
-    ends = np.flatnonzero(word & ~after) + 1
-    hashes = _word_hashes(raw, starts, ends)
-    text_of = np.searchsorted(offsets, starts, side="right") - 1
+    return np.flatnonzero(word & ~before), np.flatnonzero(word & ~after) + 1
+
+
+def _shingle_keys(
+    hashes: npt.NDArray[np.uint64], text_of: npt.NDArray[np.intp], texts: int, size: int
+) -> npt.NDArray[np.uint64]:
+    """Return the distinct (text, 32-bit shingle hash) keys of the texts, sorted: the text in the high 32 bits.
+
+    Shingles of ``size`` words that stay inside one text, then one shingle of every text with fewer words.
+    """
     counts = np.bincount(text_of, minlength=texts)
     first_word = np.zeros(texts, dtype=np.int64)
     np.cumsum(counts[:-1], out=first_word[1:])
-
-    # Shingles of ``size`` words that stay inside one text, then one shingle of every text with fewer words.
     shingle_text = []
     shingle_acc = []
     words = len(hashes)
@@ -121,6 +107,35 @@ def numpy_kernel(
     acc = _mix64_array(np.concatenate(shingle_acc))
     folded = (acc ^ (acc >> _U64(32))) & _U64(0xFFFFFFFF)
     keys = np.unique((np.concatenate(shingle_text).astype(np.uint64) << _U64(32)) | folded)
+    return keys
+
+
+def numpy_kernel(
+    data: npt.NDArray[np.uint8],
+    offsets: npt.NDArray[np.int64],
+    size: int,
+    a: npt.NDArray[np.uint32],
+    b: npt.NDArray[np.uint32],
+    out: npt.NDArray[np.uint32],
+    distinct: npt.NDArray[np.int64],
+) -> None:
+    """Fill ``out`` and ``distinct`` as the compiled kernel does, with NumPy array operations.
+
+    Words are runs of bytes other than a space inside each text ``data[offsets[i]:offsets[i + 1]]``.
+    """
+    texts = len(offsets) - 1
+    out[:] = 0xFFFFFFFF
+    distinct[:] = 0
+    total = int(offsets[-1])
+    if total == 0 or texts == 0:
+        return
+    raw = data[:total]
+    starts, ends = _word_spans(raw, offsets, total)
+    if not len(starts):
+        return
+    hashes = _word_hashes(raw, starts, ends)
+    text_of = np.searchsorted(offsets, starts, side="right") - 1
+    keys = _shingle_keys(hashes, text_of, texts, size)
     owner = (keys >> _U64(32)).astype(np.int64)
     distinct[:] = np.bincount(owner, minlength=texts)
 

@@ -247,6 +247,18 @@ def count_in_python(
     for key in sorted(changed):
         record = members[key] if key in members else lines[key]
         writes.append((key, None if record is None else _ENCODER.encode(record)))
+    return writes, applied, totals, _candidates(touched, totals, lines, watch, min_docs, fraction)
+
+
+def _candidates(
+    touched: dict[str, dict[str, str]],
+    totals: dict[str, int],
+    lines: dict[str, LineRecord | None],
+    watch: Mapping[str, set[str]],
+    min_docs: int,
+    fraction: float,
+) -> dict[str, dict[str, Line]]:
+    """Per collection, the changed lines (``touched``: line hash -> line key) that may be boilerplate now."""
     found: dict[str, dict[str, Line]] = {}
     for collection, changes in touched.items():
         total = totals[collection]
@@ -258,4 +270,4 @@ def count_in_python(
             line = lines[at]
             if hashed in watched or (enabled and line is not None and line.count >= threshold):
                 found[collection][hashed] = None if line is None else (line.count, line.text)
-    return writes, applied, totals, found
+    return found

@@ -151,14 +151,8 @@ class ContentStageInPython:
         if any(_by_id(m) for m in messages):
             messages = self._resolve(messages, ids, out)
         table = Table(state, ContentRecord)
-        table.prefetch(list(dict.fromkeys(m.content_hash for m in messages)))  # type: ignore[union-attr]
         refs = Table(state, RefEntry)
-        # The refs that change, and those of the canonical positions they may move from (a swap reads them).
-        wanted = {ref_key(m.content_hash, m.source_id): None for m in messages if isinstance(m, RefUpdate)}
-        for m in messages:
-            if isinstance(m, RefUpdate) and (found := table.cached(m.content_hash)) and found.canonical_ref:
-                wanted[ref_key(m.content_hash, found.canonical_ref[0])] = None
-        refs.prefetch(list(wanted))
+        self._prefetch(messages, table, refs)
         works: dict[str, Work] = {}
         only_asked: set[str] = set()  # contents this batch only asked to verify pairs
         appliers = self._appliers
@@ -196,6 +190,17 @@ class ContentStageInPython:
         ids.flush()
         self._features.clear()
         return out
+
+    @staticmethod
+    def _prefetch(messages: Sequence[Message], table: Table[ContentRecord], refs: Table[RefEntry]) -> None:
+        """Read the records of a batch's contents, and the refs it will need, with one bulk read each."""
+        table.prefetch(list(dict.fromkeys(m.content_hash for m in messages)))  # type: ignore[union-attr]
+        # The refs that change, and those of the canonical positions they may move from (a swap reads them).
+        wanted = {ref_key(m.content_hash, m.source_id): None for m in messages if isinstance(m, RefUpdate)}
+        for m in messages:
+            if isinstance(m, RefUpdate) and (found := table.cached(m.content_hash)) and found.canonical_ref:
+                wanted[ref_key(m.content_hash, found.canonical_ref[0])] = None
+        refs.prefetch(list(wanted))
 
     def _resolve(
         self, messages: Sequence[Message], ids: Table[ContentIds], out: list[Message | Output]

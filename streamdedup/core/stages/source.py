@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 __all__ = ["SourceStage"]
 
 _SNAPSHOT_PREFIX = "\x00boilerplate\x00"
+# What the stage applies to a source, after the status lists that arrived for it before.
+_APPLIED = (DecisionEvent, UpsertEvent, DeleteEvent, AclEvent)
 
 
 class SourceStage:
@@ -80,28 +82,23 @@ class SourceStage:
         for message in messages:
             if isinstance(message, SourceStatuses):  # most of what the stage hears
                 arrived.setdefault(message.source_id, []).append(message.statuses)
-            elif isinstance(message, DecisionEvent):
-                if message.subject_source is not None:
-                    self._take_statuses(table, message.source_id, arrived.pop(message.source_id, []))
-                    if not self._apply_preference(table, message, out):
-                        continue
-                else:
-                    self._apply_decision(ledger, message, out)
-                    continue
-            elif isinstance(message, BoilerplateUpdate):
-                key = _SNAPSHOT_PREFIX + message.collection
-                snapshot = snapshots.get_or_new(key)
-                if message.seq > snapshot.seq:
-                    snapshot.seq, snapshot.lines = message.seq, dict(message.lines)
-                    snapshots.mark(key)
+                touched[message.source_id] = None
                 continue
-            elif isinstance(message, (UpsertEvent, DeleteEvent, AclEvent)):
-                self._take_statuses(table, message.source_id, arrived.pop(message.source_id, []))
-                if not self._apply_event(table, snapshots, message, out):
-                    continue
-            else:  # pragma: no cover - routing guarantees the types above
+            if isinstance(message, BoilerplateUpdate):
+                self._keep_boilerplate(snapshots, message)
+                continue
+            if isinstance(message, DecisionEvent) and message.subject_source is None:
+                self._apply_decision(ledger, message, out)
+                continue
+            if not isinstance(message, _APPLIED):  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"source stage cannot handle {type(message).__name__}")
-            touched[message.source_id] = None
+            self._take_statuses(table, message.source_id, arrived.pop(message.source_id, []))
+            if isinstance(message, DecisionEvent):
+                applied = self._apply_preference(table, message, out)
+            else:
+                applied = self._apply_event(table, snapshots, message, out)
+            if applied:
+                touched[message.source_id] = None
         for source_id, lists in arrived.items():
             self._take_statuses(table, source_id, lists)
         for source_id in touched:
@@ -110,6 +107,15 @@ class SourceStage:
         snapshots.flush()
         ledger.flush()
         return out
+
+    @staticmethod
+    def _keep_boilerplate(snapshots: Table[BoilerplateSnapshot], message: BoilerplateUpdate) -> None:
+        """Keep a collection's boilerplate list, if it is newer than the one held."""
+        key = _SNAPSHOT_PREFIX + message.collection
+        snapshot = snapshots.get_or_new(key)
+        if message.seq > snapshot.seq:
+            snapshot.seq, snapshot.lines = message.seq, dict(message.lines)
+            snapshots.mark(key)
 
     @staticmethod
     def _apply_decision(
@@ -172,74 +178,102 @@ class SourceStage:
         event: UpsertEvent | DeleteEvent | AclEvent,
         out: list[Message | Output],
     ) -> bool:
+        """Apply an input event newer than the source's version; return whether the source's mapping may change."""
         record = table.get_or_new(event.source_id)
         if event.version <= record.version:
             return False
         if isinstance(event, DeleteEvent):
-            for content_hash in sorted(set(record.chunks)):
-                out.append(
-                    RefUpdate(content_hash, event.source_id, event.version, (), attrs_seq=record.attrs_seq)
-                )
-            if record.lines_collection:
-                out.append(
-                    LineUpdate(
-                        record.lines_collection,
-                        event.source_id,
-                        event.version,
-                        False,
-                        b"",
-                        unpack_lines(record.lines),
-                    )
-                )
-            if record.mapped_version >= 0:
-                out.append(Output("source-mappings", event.source_id, None))
-            table.put(
-                event.source_id,
-                SourceRecord(
-                    version=event.version,
-                    deleted=True,
-                    preferred=record.preferred,
-                    preferred_version=record.preferred_version,
-                    attrs_seq=record.attrs_seq,
-                ),
-            )
+            self._apply_delete(table, record, event, out)
             return False
         if isinstance(event, AclEvent):
-            record.version = event.version
-            table.mark(event.source_id)
-            if record.deleted or record.attrs is None:
+            if not self._apply_acl(table, record, event, out):
                 return False
-            record.attrs = msgspec.structs.replace(record.attrs, acl=event.acl, preferred=record.preferred)
-            for content_hash, positions in sorted(positions_by_content(record.chunks).items()):
-                out.append(_attrs_update(content_hash, event.source_id, record, positions))
         else:
-            snapshot = snapshots.get(_SNAPSHOT_PREFIX + event.collection)
-            known = snapshot.lines if snapshot is not None and snapshot.lines else None
-            # The text's blocks, parsed once for its chunks and its lines.
-            parsed: list[str] | None
-            if event.chunks is None and not has_markup(event.content_type):
-                parsed, originals, plains = plain_chunks(
-                    event.text or "", event.content_type, self._params.max_chunk_chars, known
-                )
-            else:
-                found = None if event.chunks is not None else blocks(event.text or "", event.content_type)
-                chunks = document_chunks(event, self._params, line_keeper(known), found)
-                originals, plains = [c.original for c in chunks], [c.plain for c in chunks]
-                parsed = None if found is None else [block.plain for block in found]
-            self._report_lines(record, event, out, parsed)
-            record.version, record.deleted = event.version, False
-            attrs = event.attrs
-            if record.preferred:
-                attrs = msgspec.structs.replace(attrs, preferred=True)
-            record.attrs, record.collection = attrs, event.collection
-            record.chunks, refs = source_refs(plains, originals, record.chunks)
-            table.mark(event.source_id)
-            if refs:
-                out.append(SourceRefs(event.source_id, record.version, record.attrs_seq, record.attrs, refs))
+            self._apply_upsert(table, snapshots, record, event, out)
         kept = merge_statuses(record.chunks, record.statuses, [])  # those of contents it still holds
         if kept is not None:
             record.statuses = kept
         return True
+
+    @staticmethod
+    def _apply_delete(
+        table: Table[SourceRecord], record: SourceRecord, event: DeleteEvent, out: list[Message | Output]
+    ) -> None:
+        """Tell the source's contents and its collection that it is gone, and leave a version tombstone."""
+        for content_hash in sorted(set(record.chunks)):
+            out.append(
+                RefUpdate(content_hash, event.source_id, event.version, (), attrs_seq=record.attrs_seq)
+            )
+        if record.lines_collection:
+            out.append(
+                LineUpdate(
+                    record.lines_collection,
+                    event.source_id,
+                    event.version,
+                    False,
+                    b"",
+                    unpack_lines(record.lines),
+                )
+            )
+        if record.mapped_version >= 0:
+            out.append(Output("source-mappings", event.source_id, None))
+        table.put(
+            event.source_id,
+            SourceRecord(
+                version=event.version,
+                deleted=True,
+                preferred=record.preferred,
+                preferred_version=record.preferred_version,
+                attrs_seq=record.attrs_seq,
+            ),
+        )
+
+    @staticmethod
+    def _apply_acl(
+        table: Table[SourceRecord], record: SourceRecord, event: AclEvent, out: list[Message | Output]
+    ) -> bool:
+        """Apply an ACL change; return whether the source is live (its contents then hear its new attributes)."""
+        record.version = event.version
+        table.mark(event.source_id)
+        if record.deleted or record.attrs is None:
+            return False
+        record.attrs = msgspec.structs.replace(record.attrs, acl=event.acl, preferred=record.preferred)
+        for content_hash, positions in sorted(positions_by_content(record.chunks).items()):
+            out.append(_attrs_update(content_hash, event.source_id, record, positions))
+        return True
+
+    def _apply_upsert(
+        self,
+        table: Table[SourceRecord],
+        snapshots: Table[BoilerplateSnapshot],
+        record: SourceRecord,
+        event: UpsertEvent,
+        out: list[Message | Output],
+    ) -> None:
+        """Chunk a new version, report its lines, and tell the contents of either version what it holds."""
+        snapshot = snapshots.get(_SNAPSHOT_PREFIX + event.collection)
+        known = snapshot.lines if snapshot is not None and snapshot.lines else None
+        # The text's blocks, parsed once for its chunks and its lines.
+        parsed: list[str] | None
+        if event.chunks is None and not has_markup(event.content_type):
+            parsed, originals, plains = plain_chunks(
+                event.text or "", event.content_type, self._params.max_chunk_chars, known
+            )
+        else:
+            found = None if event.chunks is not None else blocks(event.text or "", event.content_type)
+            chunks = document_chunks(event, self._params, line_keeper(known), found)
+            originals, plains = [c.original for c in chunks], [c.plain for c in chunks]
+            parsed = None if found is None else [block.plain for block in found]
+        self._report_lines(record, event, out, parsed)
+        record.version, record.deleted = event.version, False
+        attrs = event.attrs
+        if record.preferred:
+            attrs = msgspec.structs.replace(attrs, preferred=True)
+        record.attrs, record.collection = attrs, event.collection
+        record.chunks, refs = source_refs(plains, originals, record.chunks)
+        table.mark(event.source_id)
+        if refs:
+            out.append(SourceRefs(event.source_id, record.version, record.attrs_seq, record.attrs, refs))
 
     def _report_lines(
         self,
