@@ -16,6 +16,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from aiokafka import TopicPartition
 from rich.console import Console
@@ -99,12 +100,7 @@ async def materialize_topics(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
 
-    found = await partitions_of(settings, by_name)
-    while follow and len(found) < len(by_name) and not stop.is_set():
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=1.0)
-        found = await partitions_of(settings, by_name)
-    partitions = [TopicPartition(topic, p) for topic, parts in sorted(found.items()) for p in parts]
+    partitions = await _partitions_to_read(settings, by_name, follow, stop)
     if not partitions or stop.is_set():
         return
 
@@ -123,18 +119,9 @@ async def materialize_topics(
         applied = 0
         while not stop.is_set() and (follow or remaining):
             batches = await consumer.getmany(timeout_ms=_POLL_MS, max_records=settings.fetch_records)
-            records: list[tuple[str, str, bytes | None]] = []
-            progress: dict[str, bytes] = {}
-            for tp, received in batches.items():
-                for record in received:
-                    if record.key is not None:
-                        records.append((by_name[tp.topic], record.key.decode("utf-8"), record.value))
-                    progress[where[tp]] = str(record.offset + 1).encode()
-            if progress:
-                done = writer.apply(records, progress)
-                if inspect.isawaitable(done):
-                    await done
-                applied += len(records)
+            count = await _apply_fetched(writer, batches, by_name, where)
+            if count is not None:
+                applied += count
                 if on_batch is not None:
                     on_batch(applied)
             for tp in list(remaining):
@@ -145,3 +132,39 @@ async def materialize_topics(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+
+
+async def _partitions_to_read(
+    settings: Settings, by_name: dict[str, str], follow: bool, stop: asyncio.Event
+) -> list[TopicPartition]:
+    """Return the partitions of the topics ``by_name`` names; when following, wait until every topic exists (or
+    ``stop`` is set)."""
+    found = await partitions_of(settings, by_name)
+    while follow and len(found) < len(by_name) and not stop.is_set():
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=1.0)
+        found = await partitions_of(settings, by_name)
+    return [TopicPartition(topic, p) for topic, parts in sorted(found.items()) for p in parts]
+
+
+async def _apply_fetched(
+    writer: Applier,
+    batches: dict[TopicPartition, list[Any]],
+    by_name: dict[str, str],
+    where: dict[TopicPartition, str],
+) -> int | None:
+    """Apply fetched records with how far each partition was read; return how many records had a key (and were
+    applied), or None if nothing was fetched."""
+    records: list[tuple[str, str, bytes | None]] = []
+    progress: dict[str, bytes] = {}
+    for tp, received in batches.items():
+        for record in received:
+            if record.key is not None:
+                records.append((by_name[tp.topic], record.key.decode("utf-8"), record.value))
+            progress[where[tp]] = str(record.offset + 1).encode()
+    if not progress:
+        return None
+    done = writer.apply(records, progress)
+    if inspect.isawaitable(done):
+        await done
+    return len(records)

@@ -285,45 +285,66 @@ def _decision(data: dict[str, Any], limits: EventLimits) -> DecisionEvent:
     if reason is not None and reason not in _FLAG_REASONS:
         raise InvalidEventError(f"must be one of {', '.join(_FLAG_REASONS)}", field="reason")
     common: dict[str, Any] = {"version": version, "kind": kind, "by": by, "at": at, "note": note}
-    subjects = [name for name in ("pair", "source_id", "line", "collection") if name in data]
+    subjects: list[str] = [name for name in ("pair", "source_id", "line", "collection") if name in data]
     if kind in PAIR_DECISIONS:
-        if subjects != ["pair"]:
-            raise InvalidEventError(f"a {kind} decision names a 'pair' (and no other subject)", field="pair")
-        pair = data["pair"]
-        if (
-            not isinstance(pair, list)
-            or len(pair) != 2
-            or not all(isinstance(h, str) and _CONTENT_HASH.fullmatch(h) for h in pair)
-            or pair[0] == pair[1]
-        ):
-            raise InvalidEventError("must be two different content hashes (64 lowercase hex)", field="pair")
-        if kind == "merge" and reason == "acl_boundary":
-            raise InvalidEventError(
-                "a merge across an acl_boundary is never made: a reader would be served text it cannot read",
-                field="decision",
-            )
-        low, high = sorted(pair)
-        return DecisionEvent(
-            source_id=decision_route(pair=(low, high)), pair=(low, high), reason=reason, **common
-        )
+        return _pair_decision(data, kind, reason, subjects, common)
     if reason is not None:
         raise InvalidEventError("only a pair decision answers a flag", field="reason")
     if kind in LINE_DECISIONS:
-        if subjects != ["line", "collection"]:
-            raise InvalidEventError(f"a {kind} decision names a 'collection' and a 'line'", field="line")
-        collection = _no_control_characters(
-            _string(data, "collection", required=True, max_length=limits.string_chars) or "", "collection"
+        return _line_decision(data, kind, subjects, common, limits)
+    return _source_decision(data, kind, subjects, common)
+
+
+def _pair_decision(
+    data: dict[str, Any], kind: str, reason: str | None, subjects: list[str], common: dict[str, Any]
+) -> DecisionEvent:
+    """Validate the subject of a decision about a pair of texts (``keep_separate``, ``merge``, ``reopen``)."""
+    if subjects != ["pair"]:
+        raise InvalidEventError(f"a {kind} decision names a 'pair' (and no other subject)", field="pair")
+    pair = data["pair"]
+    if (
+        not isinstance(pair, list)
+        or len(pair) != 2
+        or not all(isinstance(h, str) and _CONTENT_HASH.fullmatch(h) for h in pair)
+        or pair[0] == pair[1]
+    ):
+        raise InvalidEventError("must be two different content hashes (64 lowercase hex)", field="pair")
+    if kind == "merge" and reason == "acl_boundary":
+        raise InvalidEventError(
+            "a merge across an acl_boundary is never made: a reader would be served text it cannot read",
+            field="decision",
         )
-        line = _string(data, "line", required=True, max_length=limits.string_chars) or ""
-        normalized = normalize(line)
-        if not normalized or "\n" in line:
-            raise InvalidEventError("must be one line of text", field="line")
-        return DecisionEvent(
-            source_id=decision_route(collection=collection, line=normalized),
-            collection=collection,
-            line=normalized,
-            **common,
-        )
+    low, high = sorted(pair)
+    return DecisionEvent(
+        source_id=decision_route(pair=(low, high)), pair=(low, high), reason=reason, **common
+    )
+
+
+def _line_decision(
+    data: dict[str, Any], kind: str, subjects: list[str], common: dict[str, Any], limits: EventLimits
+) -> DecisionEvent:
+    """Validate the subject of a decision about a line of a collection (``boilerplate_*``)."""
+    if subjects != ["line", "collection"]:
+        raise InvalidEventError(f"a {kind} decision names a 'collection' and a 'line'", field="line")
+    collection = _no_control_characters(
+        _string(data, "collection", required=True, max_length=limits.string_chars) or "", "collection"
+    )
+    line = _string(data, "line", required=True, max_length=limits.string_chars) or ""
+    normalized = normalize(line)
+    if not normalized or "\n" in line:
+        raise InvalidEventError("must be one line of text", field="line")
+    return DecisionEvent(
+        source_id=decision_route(collection=collection, line=normalized),
+        collection=collection,
+        line=normalized,
+        **common,
+    )
+
+
+def _source_decision(
+    data: dict[str, Any], kind: str, subjects: list[str], common: dict[str, Any]
+) -> DecisionEvent:
+    """Validate the subject of a decision about a source (``prefer``, ``unprefer``)."""
     if subjects != ["source_id"]:
         raise InvalidEventError(
             f"a {kind} decision names a 'source_id' (and no other subject)", field="source_id"

@@ -257,18 +257,7 @@ class ParallelRunner(Runner):
             inbound = [[] for _ in range(self.workers)]
             parcels = [[] for _ in range(self.workers)]
             mine, collection = collection, []
-            produced_here: list[Output] = []
-            if mine:
-                try:
-                    produced = self._engine.handle("collection", mine, txn.partition("collection", 0))
-                except Exception as exc:
-                    self._gather(active)  # the workers' answers first, so that the next command finds them
-                    raise _WorkerFailed(type(exc).__name__, str(exc)) from exc
-                for item in produced:
-                    if isinstance(item, Output):
-                        produced_here.append(item)
-                    else:
-                        self._deliver(item, parcels, collection)
+            produced_here = self._collect(mine, active, txn, parcels, collection)
             for w, (sent, produced_there, added, kept) in zip(active, self._gather(active), strict=True):
                 if kept:
                     waiting.add(w)
@@ -286,6 +275,31 @@ class ParallelRunner(Runner):
                 counts.observe_all(produced_here, txn)
                 outputs.extend(produced_here)
         return outputs
+
+    def _collect(
+        self,
+        messages: list[Message],
+        active: list[int],
+        txn: Transaction,
+        parcels: list[list[Message]],
+        collection: list[Message],
+    ) -> list[Output]:
+        """Run the collection stage on ``messages`` while the ``active`` workers run theirs; deliver what it sends
+        (to ``parcels``, or to ``collection`` for the next round) and return its outputs."""
+        produced_here: list[Output] = []
+        if not messages:
+            return produced_here
+        try:
+            produced = self._engine.handle("collection", messages, txn.partition("collection", 0))
+        except Exception as exc:
+            self._gather(active)  # the workers' answers first, so that the next command finds them
+            raise _WorkerFailed(type(exc).__name__, str(exc)) from exc
+        for item in produced:
+            if isinstance(item, Output):
+                produced_here.append(item)
+            else:
+                self._deliver(item, parcels, collection)
+        return produced_here
 
     def _deliver(self, message: Message, parcels: list[list[Message]], collection: list[Message]) -> None:
         """Put ``message`` in the parcel of each worker that receives it, or with this process's collection stage."""

@@ -39,7 +39,6 @@ def check_invariants(
     def excused(a: str, b: str) -> bool:
         return (min(a, b), max(a, b)) in merged
 
-    problems: list[str] = []
     # Every live position: (source_id, position) -> (content hash, normalized text, source).
     positions: dict[tuple[str, int], tuple[str, str, LiveSource]] = {}
     by_hash: dict[str, list[tuple[str, int]]] = {}
@@ -52,7 +51,36 @@ def check_invariants(
     def readers_of(content_hash: str) -> tuple[str, ...]:
         return union_readers([positions[ref][2].attrs.acl for ref in by_hash.get(content_hash, [])])
 
-    # I3: no mapping for a source that is not live; I1: every live source mapped, at its version, every position.
+    problems = _check_mappings(view, sources, positions, norm_of, threshold, shingle_size, excused)
+
+    # The complete map of each chunk is what the mappings say: the chunk's counts must agree with it.
+    mapped: dict[str, list[tuple[str, int, str]]] = {}
+    for source_id, mapping in view.mappings.items():
+        for entry in mapping["chunks"]:
+            mapped.setdefault(entry["chunk_id"], []).append(
+                (source_id, entry["position"], entry["content_hash"])
+            )
+    for chunk_id, chunk in view.chunks.items():
+        problems.extend(
+            _check_chunk(
+                chunk_id, chunk, positions, by_hash, norm_of, readers_of, threshold, shingle_size, excused
+            )
+        )
+        problems.extend(_check_counts(chunk_id, chunk, mapped.get(chunk_id, [])))
+    return problems
+
+
+def _check_mappings(
+    view: View,
+    sources: dict[str, LiveSource],
+    positions: dict[tuple[str, int], tuple[str, str, LiveSource]],
+    norm_of: dict[str, str],
+    threshold: float,
+    shingle_size: int,
+    excused: Any,
+) -> list[str]:
+    """I3: no mapping for a source that is not live; I1: every live source mapped, at its version, every position."""
+    problems: list[str] = []
     for source_id in view.mappings:
         if source_id not in sources:
             problems.append(f"I3: mapping for deleted or unknown source {source_id}")
@@ -75,34 +103,25 @@ def check_invariants(
             problems.extend(
                 _check_position(view, source, entry, positions, norm_of, threshold, shingle_size, excused)
             )
+    return problems
 
-    # The complete map of each chunk is what the mappings say: the chunk's counts must agree with it.
-    mapped: dict[str, list[tuple[str, int, str]]] = {}
-    for source_id, mapping in view.mappings.items():
-        for entry in mapping["chunks"]:
-            mapped.setdefault(entry["chunk_id"], []).append(
-                (source_id, entry["position"], entry["content_hash"])
-            )
-    for chunk_id, chunk in view.chunks.items():
-        problems.extend(
-            _check_chunk(
-                chunk_id, chunk, positions, by_hash, norm_of, readers_of, threshold, shingle_size, excused
-            )
+
+def _check_counts(chunk_id: str, chunk: dict[str, Any], refs: list[tuple[str, int, str]]) -> list[str]:
+    """A chunk's counts against the positions the mappings give it (``refs``: source, position, content hash)."""
+    problems = []
+    if chunk["source_count"] != len(refs):
+        problems.append(
+            f"chunk {chunk_id[:12]}: source_count {chunk['source_count']}, but {len(refs)} mapped positions"
         )
-        refs = mapped.get(chunk_id, [])
-        if chunk["source_count"] != len(refs):
-            problems.append(
-                f"chunk {chunk_id[:12]}: source_count {chunk['source_count']}, but {len(refs)} mapped positions"
-            )
-        if chunk["member_count"] != len({h for _, _, h in refs} | {chunk["content_hash"]}):
-            problems.append(
-                f"chunk {chunk_id[:12]}: member_count {chunk['member_count']} disagrees with the mappings"
-            )
-        if (
-            not len(chunk["sources"]) <= chunk["source_count"]
-            or not len(chunk["members"]) <= chunk["member_count"]
-        ):
-            problems.append(f"chunk {chunk_id[:12]}: lists more sources or members than it counts")
+    if chunk["member_count"] != len({h for _, _, h in refs} | {chunk["content_hash"]}):
+        problems.append(
+            f"chunk {chunk_id[:12]}: member_count {chunk['member_count']} disagrees with the mappings"
+        )
+    if (
+        not len(chunk["sources"]) <= chunk["source_count"]
+        or not len(chunk["members"]) <= chunk["member_count"]
+    ):
+        problems.append(f"chunk {chunk_id[:12]}: lists more sources or members than it counts")
     return problems
 
 
@@ -185,6 +204,39 @@ def _check_chunk(
     live_members = [h for h in members if h in by_hash]
     if not live_members:
         problems.append(f"I3: {where} has no live member")
+    problems.extend(
+        _check_members(
+            where, members, canonical_hash, acl, norm_of, readers_of, threshold, shingle_size, excused
+        )
+    )
+    # I3: the sources list holds exactly the live positions of its members.
+    listed = {(s["source_id"], s["position"]): s["content_hash"] for s in chunk["sources"]}
+    for ref, content_hash in listed.items():
+        if positions.get(ref, ("",))[0] != content_hash:
+            problems.append(f"I3: {where} lists source position {ref} that is not live with that text")
+        if content_hash not in members:
+            problems.append(f"I3: {where} lists source position {ref} of a content that is not a member")
+    complete = chunk["source_count"] == len(chunk["sources"]) and chunk["member_count"] == len(members)
+    for member_hash in live_members if complete else ():
+        for ref in by_hash[member_hash]:
+            if ref not in listed:
+                problems.append(f"I3: {where} omits live source position {ref} of member {member_hash[:12]}")
+    return problems
+
+
+def _check_members(
+    where: str,
+    members: dict[str, dict[str, Any]],
+    canonical_hash: str,
+    acl: tuple[str, ...],
+    norm_of: dict[str, str],
+    readers_of: Any,
+    threshold: float,
+    shingle_size: int,
+    excused: Any,
+) -> list[str]:
+    """The problems of a chunk's near members: each live, its readers covered, near its canonical (I1, I2, I3, I6)."""
+    problems = []
     for member_hash, member in members.items():
         if member["relation"] == "canonical":
             continue
@@ -200,16 +252,4 @@ def _check_chunk(
                 problems.append(f"I1: {where} has near member {member_hash[:12]} below the threshold")
             if fact_conflict(norm_of[member_hash], norm_of[canonical_hash]):
                 problems.append(f"I6: {where} has near member {member_hash[:12]} with different facts")
-    # I3: the sources list holds exactly the live positions of its members.
-    listed = {(s["source_id"], s["position"]): s["content_hash"] for s in chunk["sources"]}
-    for ref, content_hash in listed.items():
-        if positions.get(ref, ("",))[0] != content_hash:
-            problems.append(f"I3: {where} lists source position {ref} that is not live with that text")
-        if content_hash not in members:
-            problems.append(f"I3: {where} lists source position {ref} of a content that is not a member")
-    complete = chunk["source_count"] == len(chunk["sources"]) and chunk["member_count"] == len(members)
-    for member_hash in live_members if complete else ():
-        for ref in by_hash[member_hash]:
-            if ref not in listed:
-                problems.append(f"I3: {where} omits live source position {ref} of member {member_hash[:12]}")
     return problems

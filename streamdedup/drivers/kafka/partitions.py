@@ -272,6 +272,15 @@ class RecoveryReport:
     cut: int = -1  # the last input offset of a call that delivered and was cut short (-1: none)
 
 
+def _rebuild_reason(store: PartitionStore, start: int, end: int) -> str:
+    """Return why a store cannot continue from its changelog offset (the log's ``start`` and ``end``), or ""."""
+    if not store.empty and store.changelog + 1 < start:
+        return f"its changelog offset {store.changelog} is below the log's start {start}"
+    if not store.empty and store.changelog >= end:
+        return f"its changelog offset {store.changelog} is not below the log's end {end}"
+    return ""
+
+
 async def recover(
     consumer: AIOKafkaConsumer, stores: Mapping[TopicPartition, PartitionStore], *, timeout: float = 600.0
 ) -> dict[TopicPartition, RecoveryReport]:
@@ -288,12 +297,8 @@ async def recover(
     ends = await consumer.end_offsets(partitions)
     replays: dict[TopicPartition, Replay] = {}
     for tp, store in stores.items():
-        start, end = starts[tp], ends[tp]
-        reason = ""
-        if not store.empty and store.changelog + 1 < start:
-            reason = f"its changelog offset {store.changelog} is below the log's start {start}"
-        elif not store.empty and store.changelog >= end:
-            reason = f"its changelog offset {store.changelog} is not below the log's end {end}"
+        start = starts[tp]
+        reason = _rebuild_reason(store, start, ends[tp])
         if reason:
             logger.warning("rebuilding %s-%d from its changelog: %s", store.stage, store.partition, reason)
             store.wipe()
