@@ -11,12 +11,10 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from streamdedup.query.calibration import LOWEST_THRESHOLD, RULE, jaccard_histogram
+from streamdedup.query.calibration import LOWEST_THRESHOLD, RULE, Calibration, jaccard_histogram
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-    from streamdedup.query.calibration import Calibration
 
 __all__ = ["JSON_FILE", "PAGE_FILE", "PLOTS", "page", "write_plots"]
 
