@@ -68,7 +68,7 @@ from benchmarks.common import (
     save,
     time_stages,
 )
-from benchmarks.report import checks_per_new_text
+from benchmarks.sections.growth import checks_per_new_text
 from benchmarks.signatures import _bulk
 from streamdedup.core import kernels
 from streamdedup.core.engine import Engine
