@@ -72,7 +72,7 @@ Document = tuple[str, list[tuple[str, str]]]  # source id, (original, plain) tex
 
 def _streaming_feed() -> tuple[list[UpsertEvent], list[str]]:
     """The streaming benchmark's feed: 6,000 pre-chunked documents of five real Django chunks."""
-    from benchmarks.streaming import _events
+    from benchmarks.workload import _events
 
     limits = Settings().event_limits()
     events = [decode_event(value, limits) for value in _events("floor.")]
@@ -292,7 +292,8 @@ def _bulk(texts: list[str]) -> None:
 
 
 def _peer(root: Path) -> dict[str, float]:
-    from benchmarks.streaming import _events, _quix
+    from benchmarks.streaming import _quix
+    from benchmarks.workload import _events
 
     result = _quix(_events, root)
     chunks = result["chunks"]
@@ -366,7 +367,7 @@ def main() -> None:
     parser.add_argument("--peer", action="store_true", help="also run the Quix peer on the streaming feed")
     args = parser.parse_args()
     result: dict[str, Any] = {"batch": BATCH, "repeat": args.repeat, "feeds": {}}
-    from benchmarks.streaming import start_broker, stop_broker
+    from benchmarks.workload import start_broker, stop_broker
 
     started = args.peer and start_broker()
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import CACHE, django_docs, save
-from benchmarks.report import PLOTS
+from benchmarks.sections.figures import PLOTS
 
 #: The two releases and the day each came out.
 RELEASES = {"5.1.15": "2024-08-07T12:00:00", "5.2.19": "2025-04-02T12:00:00"}

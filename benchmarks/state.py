@@ -33,16 +33,9 @@ from typing import Any
 import msgspec
 
 from benchmarks.common import django_files, save
-from benchmarks.streaming import (
-    BROKER,
-    PARTITIONS,
-    _produce,
-    _wait_idle,
-    _Workers,
-    machine_busy,
-    start_broker,
-    stop_broker,
-)
+from benchmarks.measurement import machine_busy
+from benchmarks.workers import _wait_idle, _Workers
+from benchmarks.workload import BROKER, PARTITIONS, _produce, start_broker, stop_broker
 from streamdedup.contract.codec import encode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.model import SourceAttrs, UpsertEvent

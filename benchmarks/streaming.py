@@ -22,48 +22,48 @@ the same feed (documents of five real Django chunks each, pre-chunked upserts):
 
 Workers are timed only once every one of them is in a stable group and healthy (``/health`` answers 503 while a
 worker recovers its partition stores), so no rebalance or recovery falls in a timed window.
+
+The broker and the feed are in :mod:`benchmarks.workload`, the worker processes in :mod:`benchmarks.workers`, and
+what a run measures besides time (CPU, the workers' ``/metrics``, the records written, profiles) in
+:mod:`benchmarks.measurement`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.structs import TopicPartition
 
-from benchmarks.common import django_chunks, save
-from streamdedup.contract.codec import encode_event
-from streamdedup.core.messages import STAGES
-from streamdedup.core.model import SourceAttrs, UpsertEvent
-from streamdedup.drivers.kafka.admin import consumer_lag, ensure_topics
+from benchmarks.common import save
+from benchmarks.measurement import _difference, _py_spy, _sum_metrics, _written, machine_busy, profile_shares
+from benchmarks.workers import _wait_idle, _Workers
+from benchmarks.workload import (
+    BROKER,
+    CHUNKS_PER_DOCUMENT,
+    DOCUMENTS,
+    PARTITIONS,
+    PORT,
+    _events,
+    _produce,
+    start_broker,
+    stop_broker,
+)
+from streamdedup.drivers.kafka.admin import ensure_topics
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.settings import Settings
 
-REPO = Path(__file__).resolve().parents[1]
 PASSTHROUGH_RUNS = 3
 PASSTHROUGH_COPIES = 10
-PORT = int(os.environ.get("STREAMDEDUP_BENCH_KAFKA_PORT", "29092"))
-BROKER = f"kafka://127.0.0.1:{PORT}"
-DOCUMENTS = 6000
-CHUNKS_PER_DOCUMENT = 5
-PARTITIONS = 4
 EMBEDDED_BATCH = Settings.model_fields["batch_size"].default  # as `streamdedup run`
 LATENCY_SECONDS = 20.0
 PROFILE_RATE = 100  # py-spy samples per second
@@ -73,52 +73,6 @@ REPEATS = 2  # runs of each contender (one worker, embedded, two workers, Quix);
 TARGET_ONE_TO_EMBEDDED = 0.5
 TARGET_TWO_TO_ONE_PER_CPU = 0.9
 TARGET_ONE_TO_QUIX = 1.0
-
-
-def _answers(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _events(prefix: str) -> list[bytes]:
-    rng = random.Random(3)
-    pool = [c for c in django_chunks() if len(c.split()) >= 8]
-    out = []
-    for i in range(DOCUMENTS):
-        chunks = tuple(rng.choice(pool) for _ in range(CHUNKS_PER_DOCUMENT))
-        attrs = SourceAttrs(acl=("*",), modified_at=1_700_000_000_000_000 + i)
-        out.append(
-            encode_event(UpsertEvent(source_id=f"{prefix}doc-{i:06d}", version=1, attrs=attrs, chunks=chunks))
-        )
-    return out
-
-
-async def _produce(settings: Settings, topic: str, values: list[bytes], rate: float | None = None) -> float:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.bootstrap_servers, max_request_size=MAX_MESSAGE_BYTES, linger_ms=5
-    )
-    await producer.start()
-    start = time.perf_counter()
-    try:
-        pending = []
-        for i, value in enumerate(values):
-            if rate is not None:
-                delay = start + i / rate - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            key = json.loads(value)["source_id"].encode()
-            pending.append(await producer.send(topic, value, key=key))
-        await asyncio.gather(*pending)
-    finally:
-        await producer.stop()
-    return start
 
 
 async def _passthrough(settings: Settings, values: list[bytes]) -> float:
@@ -157,292 +111,6 @@ async def _passthrough(settings: Settings, values: list[bytes]) -> float:
     finally:
         await consumer.stop()
         await producer.stop()
-
-
-def machine_busy() -> float:
-    """Return the CPU seconds every process on the machine has used so far (all cores, idle and iowait excluded)."""
-    import psutil
-
-    times = psutil.cpu_times()
-    return float(sum(times) - times.idle - getattr(times, "iowait", 0.0))
-
-
-def _cpu_seconds(pid: int) -> float:
-    """Return the user plus system CPU seconds of process ``pid`` so far."""
-    import psutil
-
-    times = psutil.Process(pid).cpu_times()
-    return float(times.user + times.system)
-
-
-def scrape(port: int) -> dict[str, Any]:
-    """Return the worker's counters of interest from its ``/metrics`` (Prometheus text format)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    found: dict[str, Any] = {"sends": {}, "calls": {}, "changelog_records": 0.0, "events_processed": 0.0,
-                             "recovery_seconds": 0.0, "recoveries": 0.0, "recovered_records": 0.0}  # fmt: skip
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name, labels, value = sample.name, sample.labels, sample.value
-            if name == "streamdedup_kafka_sends_total":
-                found["sends"][labels["kind"]] = value
-            elif name == "streamdedup_batch_seconds_count":
-                found["calls"][labels["stage"]] = value
-            elif name == "streamdedup_changelog_records_total":
-                found["changelog_records"] = value
-            elif name == "streamdedup_events_processed_total":
-                found["events_processed"] = value
-            elif name == "streamdedup_recovery_seconds_sum":
-                found["recovery_seconds"] = value
-            elif name == "streamdedup_recovery_seconds_count":
-                found["recoveries"] = value
-            elif name == "streamdedup_recovered_records_total":
-                found["recovered_records"] = value
-    return found
-
-
-def _difference(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in after.items():
-        if isinstance(value, dict):
-            out[key] = {k: v - before.get(key, {}).get(k, 0) for k, v in value.items()}
-        else:
-            out[key] = value - before.get(key, 0)
-    return out
-
-
-def _sum_metrics(items: list[dict[str, Any]]) -> dict[str, Any]:
-    total: dict[str, Any] = {}
-    for item in items:
-        for key, value in item.items():
-            if isinstance(value, dict):
-                into = total.setdefault(key, {})
-                for k, v in value.items():
-                    into[k] = into.get(k, 0) + v
-            else:
-                total[key] = total.get(key, 0) + value
-    return total
-
-
-class _Workers:
-    def __init__(self, settings: Settings, count: int, root: Path, env: dict[str, str] | None = None) -> None:
-        self.processes: list[subprocess.Popen[bytes]] = []
-        self.ports: list[int] = []
-        self.data_dirs: list[Path] = []
-        base = {**os.environ, "STREAMDEDUP_BROKER": settings.broker, "STREAMDEDUP_TOPIC_PREFIX": settings.topic_prefix,
-                "STREAMDEDUP_PARTITIONS": str(settings.partitions), "PYTHONUNBUFFERED": "1", **(env or {})}  # fmt: skip
-        root.mkdir(parents=True, exist_ok=True)
-        self.started = time.perf_counter()
-        for i in range(count):
-            port = _free_port()
-            self.ports.append(port)
-            self.data_dirs.append(root / f"w{i}")
-            log = (root / f"worker{i}.log").open("ab")
-            self.processes.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "streamdedup.cli", "worker", "--data-dir", str(root / f"w{i}"),
-                     "--loglevel", "warning"],
-                    env={**base, "STREAMDEDUP_WEB_PORT": str(port)}, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-                )
-            )  # fmt: skip
-
-    def health(self) -> list[dict[str, Any] | None]:
-        """Return each worker's ``/health`` body when it answers 200 (ready), else None."""
-        out: list[dict[str, Any] | None] = []
-        for port in self.ports:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                    out.append(json.loads(response.read()))
-            except (OSError, ValueError):  # refused, 503 while recovering (HTTPError), or not JSON yet
-                out.append(None)
-        return out
-
-    def wait_ready(self, timeout: float = 180, assigned: int | None = None) -> float:
-        """Wait until every worker answers /health with 200 (and, given ``assigned``, they hold that many stage
-        partitions between them); return the time it happened (``time.perf_counter``)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            for process in self.processes:
-                if process.poll() is not None:
-                    raise RuntimeError(f"a worker exited with {process.returncode} before it was ready")
-            found = self.health()
-            if all(found) and (assigned is None or sum(h["assigned"] for h in found if h) == assigned):
-                return time.perf_counter()
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the workers did not become ready: {found}")
-            time.sleep(0.1)
-
-    def wait_stable(self, settings: Settings, timeout: float = 180) -> None:
-        """Wait until the consumer group is stable with every worker in it and every worker is healthy (its
-        partition stores recovered) holding every stage partition, so no rebalance falls
-        in a timed run."""
-        from aiokafka.admin import AIOKafkaAdminClient
-        from aiokafka.errors import GroupCoordinatorNotAvailableError
-
-        async def state() -> tuple[str, int]:
-            admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
-            await admin.start()
-            try:
-                (response,) = await admin.describe_consumer_groups([TopicNames(settings.topic_prefix).group])
-                group = response.to_object()["groups"][0]
-                return group["state"], len(group["members"])
-            finally:
-                await admin.close()
-
-        def current() -> tuple[str, int]:
-            try:
-                return asyncio.run(state())
-            except GroupCoordinatorNotAvailableError:  # a new broker elects the coordinator on first use
-                return "no coordinator yet", 0
-
-        deadline = time.monotonic() + timeout
-        while current() != ("Stable", len(self.processes)):
-            if time.monotonic() > deadline:
-                raise TimeoutError("the worker group did not settle")
-            time.sleep(0.5)
-        time.sleep(0.5)  # the assignment reaches the members just after the group turns stable
-        self.wait_ready(timeout, assigned=len(STAGES) * settings.partitions)
-
-    def cpu_seconds(self) -> list[float]:
-        return [_cpu_seconds(p.pid) for p in self.processes]
-
-    def scrape(self) -> list[dict[str, Any]]:
-        return [scrape(port) for port in self.ports]
-
-    def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-
-
-def _wait_idle(settings: Settings, group: _Workers | None = None, timeout: float = 900) -> float:
-    """Wait until the worker group has committed every documents and stage message; return when (perf_counter).
-
-    Raise if a worker of ``group`` exits first (its log is in the run's directory)."""
-    names = TopicNames(settings.topic_prefix)
-    topics = [names.documents, *(names.stage(s) for s in STAGES)]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if asyncio.run(consumer_lag(settings, topics)) == 0:
-            return time.perf_counter()
-        for process in group.processes if group is not None else ():
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"a worker exited with {process.returncode} before the input was processed"
-                )
-        time.sleep(0.25)
-    raise TimeoutError("the workers did not catch up")
-
-
-def _written(settings: Settings) -> tuple[dict[str, Any], float]:
-    """Return how many records the workers wrote per kind of topic (changelog, stage, output) and per stage's
-    changelog (``changelog_by_stage``), and the wall time (``time.time``) of the last one: the largest timestamp
-    among the last records of those topics."""
-    from streamdedup.drivers.kafka.admin import partitions_of
-
-    async def count() -> tuple[dict[str, Any], float]:
-        prefix = settings.topic_prefix
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False,
-            max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
-        )  # fmt: skip
-        await consumer.start()
-        try:
-            topics = [t for t in await consumer.topics() if t.startswith(prefix)]
-            found = await partitions_of(settings, topics)
-            kinds: dict[str, Any] = {"changelog": 0, "stage": 0, "output": 0}
-            by_stage: dict[str, int] = {}
-            lasts: list[TopicPartition] = []
-            ends_all: dict[TopicPartition, int] = {}
-            for topic in topics:
-                ends = await consumer.end_offsets([TopicPartition(topic, p) for p in found[topic]])
-                name = topic[len(prefix) :]
-                if name.endswith("-changelog"):
-                    kinds["changelog"] += sum(ends.values())
-                    stage = name.removesuffix("-changelog")
-                    by_stage[stage] = by_stage.get(stage, 0) + sum(ends.values())
-                elif name.startswith("stage-"):
-                    kinds["stage"] += sum(ends.values())
-                elif name not in ("documents", "engine-params", "dlq"):
-                    kinds["output"] += sum(ends.values())
-                else:
-                    continue
-                lasts += [tp for tp, end in ends.items() if end > 0]
-                ends_all.update(ends)
-            kinds["changelog_by_stage"] = dict(sorted(by_stage.items()))
-            last = 0.0
-            if lasts:
-                consumer.assign(lasts)
-                for tp in lasts:
-                    consumer.seek(tp, ends_all[tp] - 1)
-                left = set(lasts)
-                deadline = time.monotonic() + 60
-                while left and time.monotonic() < deadline:
-                    for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
-                        for record in records:
-                            last = max(last, record.timestamp / 1000)
-                        left.discard(tp)
-            return kinds, last
-        finally:
-            await consumer.stop()
-
-    return asyncio.run(count())
-
-
-# Where a worker's time goes, from py-spy samples: the share of samples whose stack holds one of these frames.
-PROFILE_PARTS = {
-    "stage calls, all of it (StageWorker._stage_call)": ("StageWorker._stage_call ",),
-    "engine handlers (Engine.handle)": ("Engine.handle ",),
-    "decoding stage batch messages": ("decode_batch ",),
-    "encoding what handlers produced (_add_produced)": ("StageWorker._add_produced ",),
-    "changelog calls (_write_changelog, Sends included)": ("StageWorker._write_changelog ",),
-    "queueing records in batches (Sends.add)": ("Sends.add ",),
-    "sending batches (Sends.send)": ("Sends.send ",),
-    "state commits (PartitionStore.commit)": ("PartitionStore.commit ",),
-    "ingest: input validation and routing (_ingest)": ("StageWorker._ingest ",),
-    "recovery (recover)": ("recover ",),
-    "aiokafka producer's sender task": ("Sender.",),
-    "aiokafka consumer: fetching and getmany": ("Fetcher.", "AIOKafkaConsumer.getmany "),
-    "event loop waiting (select)": ("EpollSelector.select ", "select.epoll"),
-}
-
-
-def _py_spy() -> str | None:
-    found = Path(sys.executable).with_name("py-spy")
-    return str(found) if found.exists() else shutil.which("py-spy")
-
-
-def profile_shares(raw: Path, parts: dict[str, tuple[str, ...]] = PROFILE_PARTS) -> dict[str, Any]:
-    """Aggregate py-spy's raw (collapsed stack) output into the shares of ``parts``, and the heaviest frames."""
-    total = 0
-    hits = dict.fromkeys(parts, 0)
-    own: dict[str, int] = {}
-    for line in raw.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not count_text.isdigit():
-            continue
-        count = int(count_text)
-        total += count
-        for part, markers in parts.items():
-            if any(marker in stack for marker in markers):
-                hits[part] += count
-        leaf = stack.rsplit(";", 1)[-1]
-        own[leaf] = own.get(leaf, 0) + count
-    if not total:
-        return {}
-    top = sorted(own.items(), key=lambda kv: -kv[1])[:15]
-    return {
-        "samples": total,
-        "parts": {part: hit / total for part, hit in hits.items()},
-        "top_frames": [[frame, count / total] for frame, count in top],
-    }
 
 
 def _service_run(workers: int, values_for: Callable[[str], list[bytes]], root: Path, *,
@@ -642,21 +310,6 @@ def _best(runs: list[dict[str, Any]], key: str, per_cpu: str) -> dict[str, Any]:
         "best_chunks_per_cpu_second": max(run[per_cpu] or 0 for run in runs),
         "all_runs": [[run[key], run[per_cpu]] for run in runs],
     }
-
-
-def start_broker() -> bool:
-    """Start the project's broker on :data:`PORT` unless one answers there; return whether this started it."""
-    if _answers(PORT):
-        return False
-    script = REPO / "deploy" / "kafka" / "broker.sh"
-    subprocess.run([str(script), "start"], env={**os.environ, "KAFKA_PORT": str(PORT)}, check=True)
-    return True
-
-
-def stop_broker() -> None:
-    """Stop the broker :func:`start_broker` started."""
-    script = REPO / "deploy" / "kafka" / "broker.sh"
-    subprocess.run([str(script), "stop"], env={**os.environ, "KAFKA_PORT": str(PORT)}, check=False)
 
 
 def main() -> None:
