@@ -193,7 +193,7 @@ pub fn apply_bands<'py>(
                 PyTuple::new(
                     py,
                     [
-                        crate::hex(&id).into_pyobject(py)?.into_any(),
+                        streamdedup_kernels::hex(&id).into_pyobject(py)?.into_any(),
                         count.into_pyobject(py)?.into_any(),
                     ],
                 )

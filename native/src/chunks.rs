@@ -150,7 +150,7 @@ fn keep_line(
     known: &Bound<'_, PyDict>,
     normalize: &Bound<'_, PyAny>,
 ) -> PyResult<bool> {
-    let key = crate::text::line_key(&crate::text::normalized(line, normalize)?);
+    let key = streamdedup_kernels::text::line_key(&crate::text::normalized(line, normalize)?);
     Ok(!known.contains(std::str::from_utf8(&key).expect("hex digits"))?)
 }
 

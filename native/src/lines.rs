@@ -70,6 +70,11 @@ fn decode_member(raw: &[u8], key: &str) -> PyResult<(i64, bool)> {
     Ok(member)
 }
 
+/// The fields of a line record (`LineRecord`) and a collection member (`CollectionMember`) by the names they are
+/// encoded under, in the order `encode_line` and `encode_member` write them.
+pub(crate) const LINE_RECORD_FIELDS: &[&str] = &["count", "text"];
+pub(crate) const COLLECTION_MEMBER_FIELDS: &[&str] = &["version", "counted"];
+
 fn encode_line(count: i64, text: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(text.len() + 16);
     // Writing to a Vec cannot fail.
@@ -158,7 +163,7 @@ pub fn count_lines<'py>(
     let first_line = keys.names.len();
     let added_lines = updates
         .iter()
-        .map(|(.., added, _)| crate::text::read_added_lines(added))
+        .map(|(.., added, _)| streamdedup_kernels::text::read_added_lines(added))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| PyValueError::new_err(format!("malformed line update: {e}")))?;
     let mut line_at: Vec<(Vec<usize>, Vec<usize>)> = Vec::with_capacity(updates.len());

@@ -1,12 +1,11 @@
-//! The content stage (`streamdedup.core.stages.content`), compiled: its records as msgspec encodes them (`mp.rs`,
-//! `model.rs`), the canonical policy and clustering (`policy.rs`), messages and outputs as Python objects (`py.rs`),
-//! and the batch itself (`stage.rs`).
+//! The content stage (`streamdedup.core.stages.content`), compiled: its records, MessagePack and the canonical
+//! policy are in the core crate (`streamdedup_kernels::{model, mp, policy}`); here are messages and outputs as
+//! Python objects (`py.rs`) and the batch itself (`stage.rs`).
 
-pub mod model;
-pub mod mp;
-mod policy;
 mod py;
 pub mod stage;
+
+pub use streamdedup_kernels::{model, mp, policy};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

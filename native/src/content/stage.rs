@@ -12,7 +12,10 @@ use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use crate::push_digits;
+use streamdedup_kernels::keys::{
+    content_id, format_timestamp, id_key, ref_key, ref_prefix, review_key, round6, CONTENT_ID_CHARS,
+};
+use streamdedup_kernels::shingles::{agreements, estimate, jaccard, Shingles};
 
 use super::model::{
     ChunkStatus, Conflict, ContentIds, ContentRecord, Info, MemberReport, NeighborEntry, PairMark,
@@ -21,50 +24,8 @@ use super::model::{
 use super::mp::{Reader as MpReader, Writer as MpWriter};
 use super::policy::{covered, decide, rank_of, split_reason, Policy, EVERYONE};
 use super::py::{self, Classes, Writer};
-use crate::json::Writer as JsonWriter;
-use crate::mapping::{pack_told, Told};
-
-pub const CONTENT_ID_CHARS: usize = 16;
-
-/// A content's id: the first `CONTENT_ID_CHARS` characters of its hash (`messages.content_id`).
-pub(crate) fn content_id(h: &str) -> &str {
-    match h.as_bytes().get(..CONTENT_ID_CHARS) {
-        Some(head) if head.is_ascii() => &h[..CONTENT_ID_CHARS],
-        Some(_) => h
-            .char_indices()
-            .nth(CONTENT_ID_CHARS)
-            .map_or(h, |(end, _)| &h[..end]),
-        None => h,
-    }
-}
-
-fn joined(parts: &[&str]) -> String {
-    let mut out = String::with_capacity(parts.iter().map(|p| p.len()).sum());
-    for part in parts {
-        out.push_str(part);
-    }
-    out
-}
-
-fn id_key(id: &str) -> String {
-    joined(&["i\0", id])
-}
-
-fn ref_prefix(h: &str) -> String {
-    joined(&["r\0", h, "\0"])
-}
-
-fn ref_key(h: &str, source_id: &str) -> String {
-    joined(&["r\0", h, "\0", source_id])
-}
-
-fn review_key(a: &str, b: &str) -> String {
-    if a <= b {
-        joined(&[a, ":", b])
-    } else {
-        joined(&[b, ":", a])
-    }
-}
+use streamdedup_kernels::json::Writer as JsonWriter;
+use streamdedup_kernels::mapping::{pack_told, Told};
 
 /// The engine's parameters the stage reads.
 pub struct Params {
@@ -226,7 +187,7 @@ fn read_source_refs(
             s.as_ptr() as usize - base + s.len(),
         )
     };
-    let refs = crate::refs::read_refs(&data).map_err(|e| {
+    let refs = streamdedup_kernels::refs::read_refs(&data).map_err(|e| {
         PyValueError::new_err(format!("malformed reference list of {source_id:?}: {e}"))
     })?;
     parsed.reserve(refs.len());
@@ -461,14 +422,6 @@ fn norm_of(helpers: &Helpers, py: Python<'_>, work: &mut Work) -> PyResult<Strin
 
 fn normalize(helpers: &Helpers, py: Python<'_>, text: &str) -> PyResult<String> {
     crate::text::normalized(text, helpers.normalize.bind(py))
-}
-
-/// Python's `round(x, 6)`.
-pub(crate) fn round6(x: f64) -> f64 {
-    if !x.is_finite() || x == 1.0 || x == 0.0 {
-        return x; // 1.0 and zero are most Jaccard values written
-    }
-    format!("{x:.6}").parse().unwrap_or(x)
 }
 
 impl<'a, 'py> Batch<'a, 'py> {
@@ -836,7 +789,7 @@ impl<'a, 'py> Batch<'a, 'py> {
         )?;
         for (key, found) in born.iter().zip(features) {
             let Some(hashes) = found.bands else { continue };
-            let band_keys = crate::band_keys(&hashes);
+            let band_keys = streamdedup_kernels::signature::band_keys(&hashes);
             let work = works.get_mut(key).expect("born works exist");
             let record = &mut work.record;
             record.indexed = true;
@@ -862,7 +815,9 @@ impl<'a, 'py> Batch<'a, 'py> {
                 .get()
                 .compute(self.py, &[&norm], p.bands, p.rows, 0)?;
         let found = features.pop().expect("one text, one answer");
-        let band_keys = crate::band_keys(&found.bands.expect("asked for with min_shingles 0"));
+        let band_keys = streamdedup_kernels::signature::band_keys(
+            &found.bands.expect("asked for with min_shingles 0"),
+        );
         self.make.classes.band_leave.bind(self.py).call1((
             &work.key,
             work.record.epoch,
@@ -1431,72 +1386,6 @@ fn forget(work: &mut Work, other: &str, seq: Option<i64>) {
     work.new_neighbors.remove(other);
 }
 
-/// A text's distinct word shingles (`shingle_size` words joined by a space; the whole text when it has fewer
-/// words, none when it has none), each a span of the text's words joined by single spaces, in byte order.
-pub(crate) struct Shingles {
-    words: String,
-    spans: Vec<(u32, u32)>,
-}
-
-impl Shingles {
-    fn new(norm: &str, size: usize) -> Self {
-        let mut words = String::with_capacity(norm.len());
-        let mut bounds: Vec<(u32, u32)> = Vec::new();
-        for token in norm.split(' ').filter(|t| !t.is_empty()) {
-            if !words.is_empty() {
-                words.push(' ');
-            }
-            let start = words.len() as u32;
-            words.push_str(token);
-            bounds.push((start, words.len() as u32));
-        }
-        let mut spans: Vec<(u32, u32)> = if bounds.is_empty() {
-            Vec::new()
-        } else if bounds.len() <= size {
-            vec![(0, words.len() as u32)]
-        } else {
-            bounds
-                .windows(size)
-                .map(|w| (w[0].0, w[size - 1].1))
-                .collect()
-        };
-        let bytes = words.as_bytes();
-        let text = |&(a, b): &(u32, u32)| &bytes[a as usize..b as usize];
-        spans.sort_unstable_by(|x, y| text(x).cmp(text(y)));
-        spans.dedup_by(|x, y| text(x) == text(y));
-        Shingles { words, spans }
-    }
-
-    fn len(&self) -> usize {
-        self.spans.len()
-    }
-
-    fn at(&self, i: usize) -> &[u8] {
-        let (a, b) = self.spans[i];
-        &self.words.as_bytes()[a as usize..b as usize]
-    }
-}
-
-/// The exact Jaccard of two shingle sets (1.0 for two empty ones).
-fn jaccard(a: &Shingles, b: &Shingles) -> f64 {
-    if a.len() == 0 && b.len() == 0 {
-        return 1.0;
-    }
-    let (mut i, mut j, mut inter) = (0, 0, 0usize);
-    while i < a.len() && j < b.len() {
-        match a.at(i).cmp(b.at(j)) {
-            std::cmp::Ordering::Less => i += 1,
-            std::cmp::Ordering::Greater => j += 1,
-            std::cmp::Ordering::Equal => {
-                inter += 1;
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    inter as f64 / (a.len() + b.len() - inter) as f64
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Output values (`streamdedup.core.records`).
 
@@ -1508,53 +1397,6 @@ enum Detail {
     Str(String),
     Float(f64),
     Position(String, i64),
-}
-
-/// `model.format_timestamp` for years 1 to 9999 (None outside them: Python's datetime decides).
-fn format_timestamp(micros: i64) -> Option<String> {
-    let seconds = micros.div_euclid(1_000_000);
-    let fraction = micros.rem_euclid(1_000_000);
-    let days = seconds.div_euclid(86_400);
-    let of_day = seconds.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    if !(1..=9999).contains(&year) {
-        return None;
-    }
-    // Digits written directly: the formatting machinery took some 1,600 instructions a timestamp, and every
-    // source of every chunk record sent has one.
-    let mut text = String::with_capacity(27);
-    push_digits(&mut text, year, 4);
-    text.push('-');
-    push_digits(&mut text, month, 2);
-    text.push('-');
-    push_digits(&mut text, day, 2);
-    text.push('T');
-    push_digits(&mut text, of_day / 3600, 2);
-    text.push(':');
-    push_digits(&mut text, of_day % 3600 / 60, 2);
-    text.push(':');
-    push_digits(&mut text, of_day % 60, 2);
-    if fraction != 0 {
-        text.push('.');
-        let mut fraction = fraction;
-        let mut width = 6;
-        while fraction % 10 == 0 {
-            fraction /= 10;
-            width -= 1;
-        }
-        push_digits(&mut text, fraction, width);
-    }
-    text.push('Z');
-    Some(text)
 }
 
 impl<'a, 'py> Batch<'a, 'py> {
@@ -1745,7 +1587,8 @@ impl<'a, 'py> Batch<'a, 'py> {
         }
         w.str("source_count");
         w.int(source_count);
-        let digest = crate::hex(crate::text::blake2b(&w.out, 16).as_bytes());
+        let digest =
+            streamdedup_kernels::hex(streamdedup_kernels::text::blake2b(&w.out, 16).as_bytes());
         if digest == record.record_digest {
             return Ok((digest, None));
         }
@@ -2560,25 +2403,6 @@ fn birth(work: &mut Work) {
 
 // ---------------------------------------------------------------------------------------------------------------
 // The batch (`ContentStage.handle`).
-
-/// On how many of ``fields`` two-bit fields two sketches agree (`sketches.agreements`).
-fn agreements(a: &[u8], b: &[u8], fields: usize) -> i64 {
-    let differ: u32 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| {
-            let d = x ^ y;
-            ((d | (d >> 1)) & 0x55).count_ones()
-        })
-        .sum();
-    // Negative for a sketch longer than ``fields`` allow (one stored under other parameters), as in Python.
-    fields as i64 - i64::from(differ)
-}
-
-fn estimate(agreed: i64, fields: usize) -> f64 {
-    let chance = 0.25;
-    ((agreed as f64 / fields as f64 - chance) / (1.0 - chance)).max(0.0)
-}
 
 struct Ids {
     cache: HashMap<String, Option<ContentIds>>,
