@@ -278,7 +278,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     keep_purged_pages();
     module.add_class::<Scheme>()?;
     module.add_class::<cache::RecordCache>()?;
-    module.add_class::<content::stage::ContentKernel>()?;
+    module.add_class::<content::kernel::ContentKernel>()?;
     module.add_function(wrap_pyfunction!(signatures, module)?)?;
     module.add_function(wrap_pyfunction!(band_hashes, module)?)?;
     module.add_function(wrap_pyfunction!(positive_murmur2, module)?)?;

@@ -18,6 +18,7 @@ pub mod policy;
 pub mod refs;
 pub mod shingles;
 pub mod signature;
+pub mod stage;
 pub mod text;
 
 /// Lowercase hex of `bytes`, as Python's `bytes.hex()`.

@@ -1,11 +1,13 @@
 //! The content stage (`streamdedup.core.stages.content`), compiled: its records, MessagePack and the canonical
 //! policy are in the core crate (`streamdedup_kernels::{model, mp, policy}`); here are messages and outputs as
-//! Python objects (`py.rs`) and the batch itself (`stage.rs`).
+//! Python objects (`py.rs`, `messages.rs`), the batch's host in Python (`host.rs`) and the kernel (`kernel.rs`).
 
+mod host;
+pub mod kernel;
+mod messages;
 mod py;
-pub mod stage;
 
-pub use streamdedup_kernels::{model, mp, policy};
+use streamdedup_kernels::{model, mp};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
