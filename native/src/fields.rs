@@ -5,8 +5,6 @@ use std::collections::BTreeMap;
 
 use pyo3::prelude::*;
 
-use crate::lines::{COLLECTION_MEMBER_FIELDS, LINE_RECORD_FIELDS};
-
 /// record_fields()
 /// --
 ///
@@ -14,12 +12,8 @@ use crate::lines::{COLLECTION_MEMBER_FIELDS, LINE_RECORD_FIELDS};
 /// the names they are encoded under, in the order the kernels encode them.
 #[pyfunction]
 pub fn record_fields() -> BTreeMap<&'static str, Vec<&'static str>> {
-    let mut found: BTreeMap<&'static str, Vec<&'static str>> =
-        streamdedup_kernels::model::record_fields()
-            .into_iter()
-            .map(|(name, fields)| (name, fields.to_vec()))
-            .collect();
-    found.insert("LineRecord", LINE_RECORD_FIELDS.to_vec());
-    found.insert("CollectionMember", COLLECTION_MEMBER_FIELDS.to_vec());
-    found
+    streamdedup_kernels::model::record_fields()
+        .into_iter()
+        .map(|(name, fields)| (name, fields.to_vec()))
+        .collect()
 }

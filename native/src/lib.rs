@@ -58,6 +58,15 @@ use streamdedup_kernels::signature::{
     self, band_keys, band_seeds, hash_bands, text_signature, Features,
 };
 
+/// A stored value as a read returned it: Python bytes, decoded in place.
+pub struct Bytes<'py>(pub Bound<'py, PyBytes>);
+
+impl AsRef<[u8]> for Bytes<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
 /// Refuse a buffer whose format names the other byte order (PyO3 checks the item's kind and size, not its order).
 fn native_order<T: Element>(buffer: &PyBuffer<T>, name: &str) -> PyResult<()> {
     let other: &[u8] = if cfg!(target_endian = "little") {

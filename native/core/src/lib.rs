@@ -8,9 +8,11 @@
 //! kernel has a Python twin in the package that gives the same results, and the package's tests compare them;
 //! this crate's own tests (`cargo test -p streamdedup-kernels`) check each part alone.
 
+pub mod bands;
 pub mod cache;
 pub mod json;
 pub mod keys;
+pub mod lines;
 pub mod mapping;
 pub mod model;
 pub mod mp;

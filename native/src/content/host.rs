@@ -14,6 +14,7 @@ use streamdedup_kernels::stage::{
 
 use super::messages::Text;
 use super::py::{self, Writer};
+use crate::Bytes;
 
 /// What the stage calls back into Python for (text that is not ASCII, rare events).
 pub struct Helpers {
@@ -23,15 +24,6 @@ pub struct Helpers {
     pub format_timestamp: Py<PyAny>,
     /// The compiled signature scheme (`SignatureScheme.compiled`): not a callback, called in Rust.
     pub scheme: Py<crate::Scheme>,
-}
-
-/// A stored value as the read returned it: Python bytes, decoded in place.
-pub struct Bytes<'py>(Bound<'py, PyBytes>);
-
-impl AsRef<[u8]> for Bytes<'_> {
-    fn as_ref(&self) -> &[u8] {
-        self.0.as_bytes()
-    }
 }
 
 /// One batch's host: what it reads with, calls back, and the messages and outputs it emitted, in order.

@@ -94,6 +94,8 @@ pub fn record_fields() -> Vec<(&'static str, &'static [&'static str])> {
         ("ContentIds", ContentIds::FIELDS),
         ("ContentRecord", &ContentRecord::FIELDS),
         ("StatusEntry", crate::mapping::Status::FIELDS),
+        ("LineRecord", crate::lines::LINE_RECORD_FIELDS),
+        ("CollectionMember", crate::lines::COLLECTION_MEMBER_FIELDS),
     ]
 }
 
