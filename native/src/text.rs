@@ -5,8 +5,7 @@ use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
 
-use streamdedup_kernels::mp::Writer;
-use streamdedup_kernels::text::{kept_lines, normalized_ascii, read_line_hashes};
+use streamdedup_kernels::text::{kept_lines, normalized_ascii};
 
 /// normalize_ascii(text)
 /// --
@@ -73,63 +72,13 @@ pub fn line_update<'py>(
     if !bytes.is_ascii() {
         return Ok(None);
     }
-    // Sorted by key, the last found of equal keys kept (as a map taking them in order would keep it).
-    let mut found: Vec<([u8; 16], String)> = Vec::with_capacity(others.len() + bytes.len() / 32);
-    for (hashed, line) in others {
-        let key: [u8; 16] = hashed.as_bytes().try_into().map_err(|_| {
-            pyo3::exceptions::PyValueError::new_err(format!(
-                "a line key of 16 digits, not {hashed:?}"
-            ))
-        })?;
-        found.push((key, line));
-    }
-    found.extend(kept_lines(bytes, max_chars));
-    found.sort_by_key(|a| a.0);
-    let mut last = Vec::with_capacity(found.len());
-    let mut entries = found.into_iter().peekable();
-    while let Some(entry) = entries.next() {
-        if entries.peek().is_none_or(|next| next.0 != entry.0) {
-            last.push(entry);
-        }
-    }
-    let found = last;
-    let old = read_line_hashes(old).map_err(|e| {
-        pyo3::exceptions::PyValueError::new_err(format!("malformed line list: {e}"))
-    })?;
-    let known: rustc_hash::FxHashSet<&[u8]> = old.iter().map(|h| h.as_bytes()).collect();
-    let mut lines = Writer::with_capacity(4 + 18 * found.len());
-    let mut added = Writer::with_capacity(4 + 80 * found.len());
-    let fresh = found
-        .iter()
-        .filter(|(h, _)| !known.contains(&h[..]))
-        .count();
-    if !found.is_empty() {
-        lines.array(found.len());
-    }
-    if fresh > 0 {
-        added.array(fresh);
-    }
-    for (hashed, normalized) in &found {
-        let hashed = std::str::from_utf8(hashed).expect("hex digits");
-        lines.str(hashed);
-        if !known.contains(hashed.as_bytes()) {
-            added.array(2);
-            added.str(hashed);
-            added.str(normalized);
-        }
-    }
-    let held: rustc_hash::FxHashSet<&[u8]> = found.iter().map(|(h, _)| &h[..]).collect();
-    let mut removed: Vec<String> = old
-        .iter()
-        .filter(|h| !held.contains(h.as_bytes()))
-        .map(|h| (*h).to_owned())
-        .collect();
-    removed.sort_unstable();
-    removed.dedup();
+    let (lines, added, removed, count) =
+        streamdedup_kernels::text::line_update(bytes, max_chars, others, old)
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
     Ok(Some((
-        PyBytes::new(py, &lines.out),
-        PyBytes::new(py, &added.out),
+        PyBytes::new(py, &lines),
+        PyBytes::new(py, &added),
         removed,
-        found.len(),
+        count,
     )))
 }

@@ -1,8 +1,9 @@
 //! The kernels of streamdedup in plain Rust, without Python: the records the stages store and the messages they
 //! exchange, encoded as msgspec encodes them (`mp`, `model`), the canonical policy and clustering (`policy`),
 //! MinHash signatures and LSH band keys (`signature`), text normalization and line keys (`text`), exact
-//! similarity (`shingles`), the keys and values the content stage writes (`keys`, `json`), a source's packed
-//! references and statuses (`refs`, `mapping`), and the state's record cache (`cache`).
+//! similarity (`shingles`), the keys and values the content stage writes (`keys`, `json`), the content stage's
+//! batch (`stage`), the band stage's (`bands`), the collection stage's line counts (`lines`), a source's chunks,
+//! packed references, statuses and mapping (`chunks`, `refs`, `mapping`), and the state's record cache (`cache`).
 //!
 //! The Python extension (`streamdedup.core._native`, the crate one directory up) binds these with PyO3. Each
 //! kernel has a Python twin in the package that gives the same results, and the package's tests compare them;
@@ -10,6 +11,7 @@
 
 pub mod bands;
 pub mod cache;
+pub mod chunks;
 pub mod json;
 pub mod keys;
 pub mod lines;

@@ -7,7 +7,12 @@
 //! array of `StatusEntry` arrays sorted by content hash. The content stage sends a source the statuses of a batch
 //! in the same form (`SourceStatuses`), and `merge_statuses` takes them in.
 
-use crate::json::python_repr;
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+
+use crate::json::{python_repr, Writer as JsonWriter};
+use crate::keys::round6;
 use crate::mp::{read_list, Malformed, Result, Writer as MpWriter};
 use crate::text::blake2b_64;
 
@@ -145,4 +150,170 @@ pub fn pack_told(told: &mut [Told]) -> Vec<u8> {
         })
         .collect();
     write_statuses(statuses.iter())
+}
+
+/// Take the packed lists `incoming` (in the order they came) into a source's packed `statuses`, for the contents
+/// `listed` in its chunk list: a status is kept if its content is listed and it is newer, by (seq, version), than
+/// the one held; the statuses of contents no longer listed are dropped. The new packed list, or None if it did not
+/// change (`source.merge_in_python` is the twin).
+pub fn merge<S: AsRef<[u8]>>(
+    listed: &HashSet<&str>,
+    statuses: &[u8],
+    incoming: &[S],
+) -> Result<Option<Vec<u8>>> {
+    let held = read_statuses(statuses)?;
+    let count = held.len();
+    let mut merged: BTreeMap<&str, Status<'_>> = held
+        .into_iter()
+        .filter(|s| listed.contains(s.content_hash))
+        .map(|s| (s.content_hash, s))
+        .collect();
+    let mut changed = merged.len() != count;
+    for blob in incoming {
+        for status in read_statuses(blob.as_ref())? {
+            if !listed.contains(status.content_hash) {
+                continue;
+            }
+            if let Some(known) = merged.get(status.content_hash) {
+                if (known.seq, known.version) >= (status.seq, status.version) {
+                    continue;
+                }
+            }
+            merged.insert(status.content_hash, status);
+            changed = true;
+        }
+    }
+    Ok(changed.then(|| write_statuses(merged.values())))
+}
+
+/// One position's entry: relation and Jaccard similarity.
+struct Entry<'a> {
+    content_hash: &'a str,
+    chunk_id: &'a str,
+    relation: &'static str,
+    jaccard: f64,
+}
+
+const MAPPING_SCHEMA: &str = "streamdedup.mapping/v1";
+
+/// The value of a `source-mappings` record as JSON, and the (position, chunk id) of each exact copy whose entry
+/// changed.
+pub type MappingRecord = (Vec<u8>, Vec<(usize, String)>);
+
+/// A source's mapping: the fingerprint of each entry (8 bytes each), and its record when it is to be sent.
+pub struct Mapping {
+    pub prints: Vec<u8>,
+    pub changed: Option<MappingRecord>,
+}
+
+/// Each position's entry (`source.current_mapping`), or None until every position's content answered for
+/// `version`.
+fn entries<'a>(
+    chunks: &[&'a str],
+    told: &HashMap<&str, Status<'a>>,
+    version: i64,
+) -> Option<Vec<Entry<'a>>> {
+    let mut entries = Vec::with_capacity(chunks.len());
+    for (position, &content_hash) in chunks.iter().enumerate() {
+        let status = told.get(content_hash).filter(|s| s.answers(version))?;
+        let (relation, jaccard) = if status.near {
+            ("near", status.jaccard)
+        } else if status.canonical_position == position as i64 {
+            ("canonical", 1.0)
+        } else {
+            ("exact", 1.0)
+        };
+        let chunk_id = if status.chunk_id == "=" {
+            content_hash
+        } else {
+            status.chunk_id
+        };
+        entries.push(Entry {
+            content_hash,
+            chunk_id,
+            relation,
+            jaccard,
+        });
+    }
+    Some(entries)
+}
+
+/// A source's mapping from `chunks` (its content hash per position) and `statuses` (its packed status list), for
+/// its `version`: None until every position's content answered for that version. Its record is left out when the
+/// fingerprints equal `before` and `sent` says the mapping sent last was for this version.
+pub fn mapping(
+    source_id: &str,
+    chunks: &[&str],
+    statuses: &[u8],
+    version: i64,
+    before: &[u8],
+    sent: bool,
+) -> Result<Option<Mapping>> {
+    let told: HashMap<&str, Status<'_>> = read_statuses(statuses)?
+        .into_iter()
+        .map(|s| (s.content_hash, s))
+        .collect();
+    let Some(entries) = entries(chunks, &told, version) else {
+        return Ok(None);
+    };
+    let mut prints = Vec::with_capacity(8 * entries.len());
+    let mut text = String::new();
+    for e in &entries {
+        let print = fingerprint(&mut text, e.content_hash, e.chunk_id, e.relation, e.jaccard);
+        prints.extend_from_slice(&print);
+    }
+    if sent && prints == before {
+        return Ok(Some(Mapping {
+            prints,
+            changed: None,
+        }));
+    }
+    let changed = mapping_record(source_id, version, &entries, &prints, before);
+    Ok(Some(Mapping {
+        prints,
+        changed: Some(changed),
+    }))
+}
+
+/// The value as msgspec writes `records.mapping_of_rows` (the same fields in the same order), and the exact
+/// copies whose fingerprint is not what `before` holds for their position.
+fn mapping_record(
+    source_id: &str,
+    version: i64,
+    entries: &[Entry<'_>],
+    prints: &[u8],
+    before: &[u8],
+) -> MappingRecord {
+    let mut j = JsonWriter::with_capacity(64 + source_id.len() + 200 * entries.len());
+    j.raw(b"{\"schema\":");
+    j.str(MAPPING_SCHEMA);
+    j.raw(b",\"source_id\":");
+    j.str(source_id);
+    j.raw(b",\"version\":");
+    j.int(version);
+    j.raw(b",\"chunks\":[");
+    let mut merged = Vec::new();
+    for (position, e) in entries.iter().enumerate() {
+        let at = position * 8;
+        if e.relation == "exact" && before.get(at..at + 8) != Some(&prints[at..at + 8]) {
+            merged.push((position, e.chunk_id.to_owned()));
+        }
+        j.raw(if position == 0 {
+            b"{\"position\":"
+        } else {
+            b",{\"position\":"
+        });
+        j.int(position as i64);
+        j.raw(b",\"content_hash\":");
+        j.str(e.content_hash);
+        j.raw(b",\"chunk_id\":");
+        j.str(e.chunk_id);
+        j.raw(b",\"relation\":\"");
+        j.raw(e.relation.as_bytes());
+        j.raw(b"\",\"jaccard\":");
+        j.float(round6(e.jaccard));
+        j.raw(b"}");
+    }
+    j.raw(b"]}");
+    (j.out, merged)
 }

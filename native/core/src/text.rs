@@ -3,7 +3,9 @@
 //! words joined by one space; the boilerplate keys of a document's lines
 //! (`streamdedup.core.stages.source.document_lines`), and the BLAKE2b digests they and the records use.
 
-use crate::mp::{read_list, Reader, Result};
+use rustc_hash::FxHashSet as HashSet;
+
+use crate::mp::{read_list, Reader, Result, Writer};
 
 /// The class of each byte in normalizing: a word's character, what `str.isspace()` holds true in ASCII
 /// (`str.split()` splits there), or one of the ASCII characters of Unicode's punctuation categories (P*, what
@@ -125,4 +127,76 @@ pub fn read_line_hashes(data: &[u8]) -> Result<Vec<&str>> {
 /// arrays; empty bytes for none).
 pub fn read_added_lines(data: &[u8]) -> Result<Vec<(&str, &str)>> {
     read_list(data, 2, "a line of 2 fields", |r| Ok((r.str()?, r.str()?)))
+}
+
+/// A document's lines as `line_update` returns them: packed sorted hashes, packed `[hash, line]` of those not
+/// counted before, the hashes counted before and no longer there (sorted), and the number of lines.
+pub type LineChanges = (Vec<u8>, Vec<u8>, Vec<String>, usize);
+
+/// The lines a document counts in its collection and how they changed (`source.line_update_in_python`): those of
+/// ASCII `bytes` (as `kept_lines` finds them) with `others` (line key and normalized line, found elsewhere in it),
+/// against `old`, the packed hashes its last version counted.
+pub fn line_update(
+    bytes: &[u8],
+    max_chars: usize,
+    others: Vec<(String, String)>,
+    old: &[u8],
+) -> std::result::Result<LineChanges, String> {
+    // Sorted by key, the last found of equal keys kept (as a map taking them in order would keep it).
+    let mut found: Vec<([u8; 16], String)> = Vec::with_capacity(others.len() + bytes.len() / 32);
+    for (hashed, line) in others {
+        let key: [u8; 16] = hashed
+            .as_bytes()
+            .try_into()
+            .map_err(|_| format!("a line key of 16 digits, not {hashed:?}"))?;
+        found.push((key, line));
+    }
+    found.extend(kept_lines(bytes, max_chars));
+    found.sort_by_key(|a| a.0);
+    let mut last = Vec::with_capacity(found.len());
+    let mut entries = found.into_iter().peekable();
+    while let Some(entry) = entries.next() {
+        if entries.peek().is_none_or(|next| next.0 != entry.0) {
+            last.push(entry);
+        }
+    }
+    let found = last;
+    let old = read_line_hashes(old).map_err(|e| format!("malformed line list: {e}"))?;
+    let known: HashSet<&[u8]> = old.iter().map(|h| h.as_bytes()).collect();
+    let (lines, added) = pack_lines(&found, &known);
+    let held: HashSet<&[u8]> = found.iter().map(|(h, _)| &h[..]).collect();
+    let mut removed: Vec<String> = old
+        .iter()
+        .filter(|h| !held.contains(h.as_bytes()))
+        .map(|h| (*h).to_owned())
+        .collect();
+    removed.sort_unstable();
+    removed.dedup();
+    Ok((lines, added, removed, found.len()))
+}
+
+/// The packed hashes of `found`, and the packed `[hash, line]` of those not `known` (empty bytes for none).
+fn pack_lines(found: &[([u8; 16], String)], known: &HashSet<&[u8]>) -> (Vec<u8>, Vec<u8>) {
+    let mut lines = Writer::with_capacity(4 + 18 * found.len());
+    let mut added = Writer::with_capacity(4 + 80 * found.len());
+    let fresh = found
+        .iter()
+        .filter(|(h, _)| !known.contains(&h[..]))
+        .count();
+    if !found.is_empty() {
+        lines.array(found.len());
+    }
+    if fresh > 0 {
+        added.array(fresh);
+    }
+    for (hashed, normalized) in found {
+        let hashed = std::str::from_utf8(hashed).expect("hex digits");
+        lines.str(hashed);
+        if !known.contains(hashed.as_bytes()) {
+            added.array(2);
+            added.str(hashed);
+            added.str(normalized);
+        }
+    }
+    (lines.out, added.out)
 }

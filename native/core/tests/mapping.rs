@@ -1,6 +1,9 @@
 //! A source's statuses and mapping fingerprints.
 
-use streamdedup_kernels::mapping::{fingerprint, pack_told, py_float_repr, read_statuses, Told};
+use rustc_hash::FxHashSet as HashSet;
+use streamdedup_kernels::mapping::{
+    fingerprint, mapping, merge, pack_told, py_float_repr, read_statuses, Told,
+};
 use streamdedup_kernels::text::blake2b_64;
 
 fn told(h: &str, seq: i64) -> Told {
@@ -52,4 +55,65 @@ fn fingerprints_hash_the_fields_joined_by_nul() {
     let print = fingerprint(&mut scratch, "h", "c", "near", 0.5);
     assert_eq!(print, blake2b_64(b"h\0c\0near\x000.5"));
     assert_ne!(print, fingerprint(&mut scratch, "h", "c", "near", 0.25));
+}
+
+fn packed(list: Vec<Told>) -> Vec<u8> {
+    let mut list = list;
+    pack_told(&mut list)
+}
+
+#[test]
+fn merging_keeps_the_newer_status_of_listed_contents() {
+    let held = packed(vec![told("a", 2), told("gone", 1)]);
+    let listed: HashSet<&str> = ["a", "b"].into_iter().collect();
+    let incoming = [
+        packed(vec![told("a", 1), told("b", 1)]),
+        packed(vec![told("a", 3)]),
+    ];
+    let merged = merge(&listed, &held, &incoming).unwrap().unwrap();
+    let found: Vec<(&str, i64)> = read_statuses(&merged)
+        .unwrap()
+        .iter()
+        .map(|s| (s.content_hash, s.seq))
+        .collect();
+    assert_eq!(found, [("a", 3), ("b", 1)]);
+    let stale = [packed(vec![told("a", 1)])];
+    assert_eq!(
+        merge(&listed, &merged, &stale).unwrap(),
+        None,
+        "nothing newer: no change"
+    );
+}
+
+#[test]
+fn a_mapping_waits_for_every_position_then_names_each_relation() {
+    let mut canonical = told("a", 1);
+    canonical.canonical_position = 0;
+    let statuses = packed(vec![canonical, told("b", 1)]);
+    assert!(mapping("doc", &["a", "c"], &statuses, 2, b"", false)
+        .unwrap()
+        .is_none());
+    assert!(
+        mapping("doc", &["a"], &statuses, 3, b"", false)
+            .unwrap()
+            .is_none(),
+        "another version"
+    );
+    let found = mapping("doc", &["a", "a", "b"], &statuses, 2, b"", false)
+        .unwrap()
+        .unwrap();
+    assert_eq!(found.prints.len(), 24);
+    let (json, merged) = found.changed.unwrap();
+    let json = String::from_utf8(json).unwrap();
+    assert!(json.starts_with(
+        "{\"schema\":\"streamdedup.mapping/v1\",\"source_id\":\"doc\",\"version\":2,"
+    ));
+    assert!(json.contains("{\"position\":0,\"content_hash\":\"a\",\"chunk_id\":\"a\",\"relation\":\"canonical\",\"jaccard\":1.0}"));
+    assert!(json.contains("\"relation\":\"exact\""));
+    assert!(json.contains("\"relation\":\"near\",\"jaccard\":0.75}"));
+    assert_eq!(merged, [(1, "a".to_owned())], "the exact copy is new");
+    let again = mapping("doc", &["a", "a", "b"], &statuses, 2, &found.prints, true)
+        .unwrap()
+        .unwrap();
+    assert!(again.changed.is_none(), "the same mapping, already sent");
 }

@@ -2,7 +2,8 @@
 
 use streamdedup_kernels::mp::Writer;
 use streamdedup_kernels::text::{
-    blake2b_64, kept_lines, line_key, normalized_ascii, read_added_lines, read_line_hashes,
+    blake2b_64, kept_lines, line_key, line_update, normalized_ascii, read_added_lines,
+    read_line_hashes,
 };
 
 #[test]
@@ -48,4 +49,23 @@ fn packed_lines_read_back() {
     w.str("k");
     w.str("line");
     assert_eq!(read_added_lines(&w.out).unwrap(), [("k", "line")]);
+}
+
+#[test]
+fn a_line_update_packs_lines_and_says_what_changed() {
+    let menu = String::from_utf8(line_key("menu").to_vec()).unwrap();
+    let gone = "0000000000000000".to_owned();
+    let mut old = Writer::default();
+    old.strings(&[menu.clone(), gone.clone()]);
+    let (lines, added, removed, count) =
+        line_update(b"Menu\nSome text", 100, Vec::new(), &old.out).unwrap();
+    assert_eq!(count, 2);
+    let hashes = read_line_hashes(&lines).unwrap();
+    assert_eq!(hashes.len(), 2);
+    assert!(hashes.windows(2).all(|w| w[0] < w[1]), "sorted");
+    let added = read_added_lines(&added).unwrap();
+    assert_eq!(added.len(), 1);
+    assert_eq!(added[0].1, "some text");
+    assert_eq!(removed, [gone]);
+    assert!(line_update(b"x", 10, vec![("short".into(), "x".into())], b"").is_err());
 }
