@@ -1,7 +1,10 @@
-//! The compiled kernels of streamdedup (`streamdedup._native`): MinHash signatures of a batch of texts, their LSH
-//! band hashes, Kafka's partitioner hash, the content stage's batch (`content/`), the band stage's batch
-//! (`bands.rs`), the collection stage's line counts (`lines.rs`), the normalization of ASCII text (`text.rs`), a
-//! source's mapping (`mapping.rs`) and a store commit's loop over its changes (`batch.rs`).
+//! The compiled kernels of streamdedup for Python (`streamdedup.core._native`): thin PyO3 bindings of the core crate
+//! (`streamdedup_kernels`, in `core/`), which holds their logic without Python. Here are MinHash signatures of a
+//! batch of texts and their LSH band hashes (on NumPy buffers), Kafka's partitioner hash, the content stage's batch
+//! with its Python host (`content/`), the band stage's batch (`bands.rs`), the collection stage's line counts
+//! (`lines.rs`), the normalization of ASCII text and line keys (`text.rs`), a source's chunks, references and
+//! mapping (`chunks.rs`, `refs.rs`, `mapping.rs`), the record cache (`cache.rs`), a store commit's loop over its
+//! changes (`batch.rs`) and the record structs' field lists (`fields.rs`).
 //!
 //! Each kernel has a NumPy or pure-Python twin in the package that gives the same results
 //! (`streamdedup.core.numpy_kernels`, `streamdedup.core.partitioning.murmur2`,

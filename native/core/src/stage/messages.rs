@@ -7,6 +7,8 @@ use std::rc::Rc;
 use crate::keys::CONTENT_ID_CHARS;
 use crate::model::{Info, MemberReport, PairMark, SourceAttrs};
 
+/// A source's positions of a content (`RefUpdate`, or an entry of a `SourceRefs` list): empty positions drop
+/// the source.
 pub struct RefUpdate<T> {
     pub content_hash: String,
     pub source_id: String,
@@ -19,6 +21,7 @@ pub struct RefUpdate<T> {
     pub attrs_seq: i64,
 }
 
+/// The band stage's answer to a join: the bands joined and the candidates sharing them (`BandAck`).
 pub struct BandAck {
     pub content_hash: String,
     pub epoch: i64,
@@ -26,6 +29,7 @@ pub struct BandAck {
     pub candidates: Vec<(String, i64)>,
 }
 
+/// Another content asks whether it is a near copy (`VerifyRequest`); `content_hash` may be a content id.
 #[derive(Clone)]
 pub struct VerifyRequest {
     pub content_hash: String,
@@ -39,6 +43,7 @@ pub struct VerifyRequest {
     pub sketch: Vec<u8>,
 }
 
+/// The answer to a request this content sent (`VerifyResult`).
 pub struct VerifyResult {
     pub content_hash: String,
     pub sender: String,
@@ -52,12 +57,14 @@ pub struct VerifyResult {
     pub report: Option<MemberReport>,
 }
 
+/// A reviewer's decision about a pair (`PairDecision`).
 pub struct PairDecision {
     pub content_hash: String,
     pub other: String,
     pub mark: PairMark,
 }
 
+/// A neighbour's new state (`NeighborUpdate`).
 pub struct NeighborUpdate {
     pub content_hash: String,
     pub sender: String,
@@ -65,6 +72,7 @@ pub struct NeighborUpdate {
     pub report: Option<MemberReport>,
 }
 
+/// A message the content stage takes.
 pub enum In<T> {
     Ref(RefUpdate<T>),
     Ack(BandAck),
@@ -75,6 +83,7 @@ pub enum In<T> {
 }
 
 impl<T> In<T> {
+    /// The content the message is for.
     pub fn key(&self) -> &str {
         match self {
             In::Ref(m) => &m.content_hash,
@@ -87,6 +96,7 @@ impl<T> In<T> {
     }
 }
 
+/// Whether a message is a request addressed by content id (a band candidate), to resolve first.
 pub(super) fn by_id<T>(message: &In<T>) -> bool {
     matches!(message, In::Verify(m) if m.content_hash.len() == CONTENT_ID_CHARS)
 }
