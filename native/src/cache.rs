@@ -1,30 +1,11 @@
-//! The state's record cache (`streamdedup.store.rocksdb.RocksDBStore`): the values of recently read and written
-//! keys, bounded in bytes, in front of RocksDB's own reads.
-//!
-//! RocksDB caches data blocks, and a block is cached under the table file that holds it. The stages' keys are
-//! hashes, so every flushed file overlaps the whole bottom level, each compaction rewrites all of it, and the
-//! blocks cached before it belong to files that no longer exist: once the state outgrows the memtables, a read of
-//! a key that exists decompresses a block from the file system, whatever the block cache's size. This cache keeps
-//! records, not blocks, so a compaction does not empty it, and a record costs its own size, not a block's.
-//!
-//! It is written through: a store writes a commit to RocksDB first, then hands the same changes here, so that
-//! the cache never holds a value the store does not. A key is named by its store's namespace (a number per open
-//! store and a byte per family) and its address in the family. A closed store's entries are never read again; the
-//! least recently used go first, so they go before any live store's.
+//! The state's record cache for Python (`streamdedup_kernels::cache` describes it and keeps its entries).
 
 use std::sync::{Mutex, MutexGuard};
 
-use lru::LruCache;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString};
-use rustc_hash::FxBuildHasher;
-
-/// Bytes an entry costs beside its key and value: the map's slot and list links, the key's allocation, and the
-/// value's Python object header.
-const ENTRY_OVERHEAD: usize = 128;
-
-type Entries = LruCache<Box<[u8]>, (Py<PyBytes>, usize), FxBuildHasher>;
+use streamdedup_kernels::cache::Entries;
 
 /// A bounded map from a key to the bytes last stored under it, dropping the least recently used first.
 ///
@@ -36,45 +17,12 @@ pub struct RecordCache {
     inner: Mutex<Inner>,
 }
 
-struct Inner {
-    entries: Entries,
-    used: usize,
-    capacity: usize,
-    hits: u64,
-    misses: u64,
-    /// How many `update` calls it has taken: a read that let go of the lock keeps what it read only if none came
-    /// meanwhile, since one may have written a newer value of the same key.
-    updates: u64,
-}
+type Inner = Entries<Py<PyBytes>>;
 
-fn cost(key: &[u8], value: &[u8]) -> usize {
-    key.len() + value.len() + ENTRY_OVERHEAD
-}
-
-impl Inner {
-    fn insert(&mut self, key: Box<[u8]>, value: Bound<'_, PyBytes>) {
-        let size = cost(&key, value.as_bytes());
-        if size > self.capacity {
-            self.remove(&key);
-            return;
-        }
-        self.used += size;
-        if let Some((_, old)) = self.entries.put(key, (value.unbind(), size)) {
-            self.used -= old;
-        }
-        while self.used > self.capacity {
-            match self.entries.pop_lru() {
-                Some((_, (_, size))) => self.used -= size,
-                None => break,
-            }
-        }
-    }
-
-    fn remove(&mut self, key: &[u8]) {
-        if let Some((_, size)) = self.entries.pop(key) {
-            self.used -= size;
-        }
-    }
+/// Keep the bytes object `value` under `key`.
+fn insert(inner: &mut Inner, key: Box<[u8]>, value: Bound<'_, PyBytes>) {
+    let len = value.as_bytes().len();
+    inner.insert(key, value.unbind(), len);
 }
 
 impl RecordCache {
@@ -89,14 +37,7 @@ impl RecordCache {
     #[new]
     fn new(capacity: usize) -> Self {
         RecordCache {
-            inner: Mutex::new(Inner {
-                entries: LruCache::unbounded_with_hasher(FxBuildHasher),
-                used: 0,
-                capacity,
-                hits: 0,
-                misses: 0,
-                updates: 0,
-            }),
+            inner: Mutex::new(Entries::new(capacity)),
         }
     }
 
@@ -125,8 +66,8 @@ impl RecordCache {
                 let key = key.cast::<PyString>()?.to_str()?;
                 name.truncate(ns.len());
                 name.extend_from_slice(key.as_bytes());
-                match inner.entries.get(&name[..]) {
-                    Some((value, _)) => out.push(value.bind(py).clone().into_any()),
+                match inner.get(&name[..]) {
+                    Some(value) => out.push(value.bind(py).clone().into_any()),
                     None => {
                         out.push(py.None().into_bound(py));
                         wanted.push((i, name.as_slice().into()));
@@ -162,7 +103,7 @@ impl RecordCache {
             let keep = inner.updates == updates;
             for ((i, name), value) in part.into_iter().zip(found) {
                 if let (true, Ok(bytes)) = (keep, value.cast::<PyBytes>()) {
-                    inner.insert(name, bytes.clone());
+                    insert(&mut inner, name, bytes.clone());
                 }
                 out[i] = value;
             }
@@ -184,7 +125,7 @@ impl RecordCache {
                 Err(_) => name.extend_from_slice(key.cast::<PyBytes>()?.as_bytes()),
             }
             match value.cast::<PyBytes>() {
-                Ok(bytes) => inner.insert(name.as_slice().into(), bytes.clone()),
+                Ok(bytes) => insert(&mut inner, name.as_slice().into(), bytes.clone()),
                 Err(_) => inner.remove(&name),
             }
         }
@@ -205,7 +146,7 @@ impl RecordCache {
 
     /// How many entries it holds.
     fn __len__(&self) -> usize {
-        self.inner().entries.len()
+        self.inner().len()
     }
 
     /// Keys found here and keys read from the store, since it was made.

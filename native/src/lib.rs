@@ -1,7 +1,10 @@
-//! The compiled kernels of streamdedup (`streamdedup._native`): MinHash signatures of a batch of texts, their LSH
-//! band hashes, Kafka's partitioner hash, the content stage's batch (`content/`), the band stage's batch
-//! (`bands.rs`), the collection stage's line counts (`lines.rs`), the normalization of ASCII text (`text.rs`), a
-//! source's mapping (`mapping.rs`) and a store commit's loop over its changes (`batch.rs`).
+//! The compiled kernels of streamdedup for Python (`streamdedup.core._native`): thin PyO3 bindings of the core crate
+//! (`streamdedup_kernels`, in `core/`), which holds their logic without Python. Here are MinHash signatures of a
+//! batch of texts and their LSH band hashes (on NumPy buffers), Kafka's partitioner hash, the content stage's batch
+//! with its Python host (`content/`), the band stage's batch (`bands.rs`), the collection stage's line counts
+//! (`lines.rs`), the normalization of ASCII text and line keys (`text.rs`), a source's chunks, references and
+//! mapping (`chunks.rs`, `refs.rs`, `mapping.rs`), the record cache (`cache.rs`), a store commit's loop over its
+//! changes (`batch.rs`) and the record structs' field lists (`fields.rs`).
 //!
 //! Each kernel has a NumPy or pure-Python twin in the package that gives the same results
 //! (`streamdedup.core.numpy_kernels`, `streamdedup.core.partitioning.murmur2`,
@@ -42,6 +45,7 @@ mod batch;
 mod cache;
 mod chunks;
 mod content;
+mod fields;
 mod json;
 mod lines;
 mod mapping;
@@ -53,91 +57,17 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
 use pyo3::types::PyBytes;
+use streamdedup_kernels::signature::{
+    self, band_keys, band_seeds, hash_bands, text_signature, Features,
+};
 
-/// Lowercase hex of `bytes`, as Python's `bytes.hex()`.
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(2 * bytes.len());
-    for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
-    out
-}
+/// A stored value as a read returned it: Python bytes, decoded in place.
+pub struct Bytes<'py>(pub Bound<'py, PyBytes>);
 
-const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
-const FNV_PRIME: u64 = 0x0000_0100_0000_01B3;
-const COMBINE: u64 = 0x9E37_79B9_7F4A_7C15;
-
-#[inline]
-fn mix64(mut h: u64) -> u64 {
-    h = (h ^ (h >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    h ^ (h >> 31)
-}
-
-#[inline]
-fn fmix32(mut h: u32) -> u32 {
-    h ^= h >> 16;
-    h = h.wrapping_mul(0x85EB_CA6B);
-    h ^= h >> 13;
-    h = h.wrapping_mul(0xC2B2_AE35);
-    h ^ (h >> 16)
-}
-
-/// Fill `out` (one slot per permutation) with the signature of one normalized text and return its number of
-/// distinct shingles. `words` and `shingles` are scratch space kept across texts.
-fn text_signature(
-    text: &[u8],
-    size: usize,
-    a: &[u32],
-    b: &[u32],
-    out: &mut [u32],
-    words: &mut Vec<u64>,
-    shingles: &mut Vec<u32>,
-) -> i64 {
-    words.clear();
-    let mut h = FNV_OFFSET;
-    let mut inside = false;
-    for &byte in text {
-        if byte == b' ' {
-            if inside {
-                words.push(mix64(h));
-                inside = false;
-            }
-        } else {
-            if !inside {
-                h = FNV_OFFSET;
-                inside = true;
-            }
-            h = (h ^ u64::from(byte)).wrapping_mul(FNV_PRIME);
-        }
+impl AsRef<[u8]> for Bytes<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
     }
-    if inside {
-        words.push(mix64(h));
-    }
-    out.fill(u32::MAX);
-    if words.is_empty() {
-        return 0;
-    }
-    // Shingles of `size` words, or the one shingle of all words of a shorter text.
-    let width = size.clamp(1, words.len());
-    shingles.clear();
-    shingles.extend(words.windows(width).map(|window| {
-        let acc = mix64(window.iter().fold(0u64, |acc, &word| {
-            acc.wrapping_mul(COMBINE).wrapping_add(word)
-        }));
-        (acc ^ (acc >> 32)) as u32
-    }));
-    shingles.sort_unstable();
-    shingles.dedup();
-    for &shingle in shingles.iter() {
-        let hv = fmix32(shingle);
-        for ((slot, &ap), &bp) in out.iter_mut().zip(a).zip(b) {
-            *slot = (*slot).min(ap.wrapping_mul(hv).wrapping_add(bp));
-        }
-    }
-    shingles.len() as i64
 }
 
 /// Refuse a buffer whose format names the other byte order (PyO3 checks the item's kind and size, not its order).
@@ -240,26 +170,6 @@ fn signatures(
     distinct.copy_from_slice(py, &counts)
 }
 
-/// The 64-bit hash of each band of a signature: the band's seed, then each of its `rows` values folded in with
-/// the 64-bit finalizer.
-fn hash_bands<'a>(
-    signature: &'a [u32],
-    seeds: &'a [u64],
-    rows: usize,
-) -> impl Iterator<Item = u64> + 'a {
-    seeds.iter().enumerate().map(move |(band, &seed)| {
-        signature[band * rows..(band + 1) * rows]
-            .iter()
-            .fold(seed, |h, &value| mix64(h ^ u64::from(value)))
-    })
-}
-
-fn band_seeds(bands: usize) -> Vec<u64> {
-    (0..bands as u64)
-        .map(|band| mix64((band + 1).wrapping_mul(COMBINE)))
-        .collect()
-}
-
 /// band_hashes(signatures, perms, bands, rows, out)
 /// --
 ///
@@ -300,159 +210,33 @@ fn band_hashes(
 /// Return ``murmur2(data) & 0x7FFFFFFF``: Kafka's default partitioner hash, before the modulo.
 #[pyfunction]
 fn positive_murmur2(data: &[u8]) -> i64 {
-    const M: u32 = 0x5BD1_E995;
-    let mut h: u32 = 0x9747_B28C ^ (data.len() as u32);
-    let mut blocks = data.chunks_exact(4);
-    for block in &mut blocks {
-        let mut k = u32::from_le_bytes([block[0], block[1], block[2], block[3]]);
-        k = k.wrapping_mul(M);
-        k ^= k >> 24;
-        k = k.wrapping_mul(M);
-        h = h.wrapping_mul(M) ^ k;
-    }
-    let rest = blocks.remainder();
-    if rest.len() == 3 {
-        h ^= u32::from(rest[2]) << 16;
-    }
-    if rest.len() >= 2 {
-        h ^= u32::from(rest[1]) << 8;
-    }
-    if !rest.is_empty() {
-        h ^= u32::from(rest[0]);
-        h = h.wrapping_mul(M);
-    }
-    h ^= h >> 13;
-    h = h.wrapping_mul(M);
-    h ^= h >> 15;
-    i64::from(h & 0x7FFF_FFFF)
-}
-
-/// NumPy's legacy Mersenne Twister (``numpy.random.RandomState``) seeded with an integer: what datasketch draws
-/// its permutations from.
-struct Mt19937 {
-    key: [u32; 624],
-    pos: usize,
-}
-
-impl Mt19937 {
-    fn new(seed: u32) -> Self {
-        let mut key = [0u32; 624];
-        key[0] = seed;
-        for i in 1..624 {
-            key[i] = 1_812_433_253u32
-                .wrapping_mul(key[i - 1] ^ (key[i - 1] >> 30))
-                .wrapping_add(i as u32);
-        }
-        Self { key, pos: 624 }
-    }
-
-    fn next_u32(&mut self) -> u32 {
-        const UPPER: u32 = 0x8000_0000;
-        const LOWER: u32 = 0x7FFF_FFFF;
-        if self.pos == 624 {
-            for i in 0..624 {
-                let y = (self.key[i] & UPPER) | (self.key[(i + 1) % 624] & LOWER);
-                let mag = if y & 1 == 1 { 0x9908_B0DF } else { 0 };
-                self.key[i] = self.key[(i + 397) % 624] ^ (y >> 1) ^ mag;
-            }
-            self.pos = 0;
-        }
-        let mut y = self.key[self.pos];
-        self.pos += 1;
-        y ^= y >> 11;
-        y ^= (y << 7) & 0x9D2C_5680;
-        y ^= (y << 15) & 0xEFC6_0000;
-        y ^ (y >> 18)
-    }
-}
-
-/// The ``a`` and ``b`` of datasketch's affine permutations for ``seed``: ``RandomState(seed)``, then
-/// ``randint(0, 2**31, num_perm, uint32) * 2 + 1`` and ``randint(0, 2**32, num_perm, uint32)``.
-fn draw_permutations(seed: u32, num_perm: usize) -> (Vec<u32>, Vec<u32>) {
-    let mut mt = Mt19937::new(seed);
-    let a = (0..num_perm)
-        .map(|_| {
-            (mt.next_u32() & 0x7FFF_FFFF)
-                .wrapping_mul(2)
-                .wrapping_add(1)
-        })
-        .collect();
-    let b = (0..num_perm).map(|_| mt.next_u32()).collect();
-    (a, b)
-}
-
-/// The two-bit sketch of a signature: each value times 0x9E3779B1, its top two bits, four values
-/// per byte from the low bits up (``streamdedup.core.sketches``).
-fn sketch(signature: &[u32]) -> Vec<u8> {
-    signature
-        .chunks(4)
-        .map(|four| {
-            four.iter().enumerate().fold(0u8, |byte, (i, &v)| {
-                byte | (((v.wrapping_mul(0x9E37_79B1) >> 30) as u8) << (2 * i))
-            })
-        })
-        .collect()
+    signature::positive_murmur2(data)
 }
 
 /// One signature scheme: ``num_perm`` permutations drawn from ``seed``, shingles of ``shingle_size`` words.
 #[pyclass(frozen, module = "streamdedup.core._native")]
 pub(crate) struct Scheme {
-    a: Vec<u32>,
-    b: Vec<u32>,
-    shingle_size: usize,
+    inner: signature::Scheme,
 }
 
 /// What `Scheme.features` returns for one text: distinct shingles, band keys, sketch.
 type TextFeatures<'py> = (i64, Option<Vec<String>>, Bound<'py, PyBytes>);
 
-/// The `width` last decimal digits of a non-negative `value`, zero-padded, written without the formatting machinery.
-pub(crate) fn push_digits(text: &mut String, value: i64, width: u32) {
-    let mut divisor = 10_i64.pow(width - 1);
-    while divisor > 0 {
-        text.push(char::from(b'0' + (value / divisor % 10) as u8));
-        divisor /= 10;
-    }
-}
-
-/// A band key as ``SignatureScheme.band_keys`` spells it: the band as three decimal digits, then the band's hash
-/// as 16 hex digits (written directly: through the formatting machinery, the keys of a new text took some 25,000
-/// instructions).
-fn band_key(band: usize, hash: u64) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    if band > 999 {
-        return format!("{band:03}{hash:016x}"); // more digits than three: rare enough for the slow way
-    }
-    let mut key = String::with_capacity(19);
-    push_digits(&mut key, band as i64, 3);
-    for shift in (0..16).rev() {
-        key.push(char::from(HEX[(hash >> (4 * shift)) as usize & 0xf]));
-    }
-    key
-}
-
-/// What `Scheme.features` computes for one text.
-pub(crate) struct Features {
-    pub(crate) distinct: i64,
-    pub(crate) bands: Option<Vec<u64>>,
-    pub(crate) sketch: Vec<u8>,
-}
-
 #[pymethods]
 impl Scheme {
     #[new]
     fn new(num_perm: usize, seed: u32, shingle_size: usize) -> PyResult<Self> {
-        if num_perm == 0 || shingle_size == 0 {
-            return Err(PyValueError::new_err(
+        match signature::Scheme::new(num_perm, seed, shingle_size) {
+            Some(inner) => Ok(Self { inner }),
+            None => Err(PyValueError::new_err(
                 "num_perm and shingle_size must be positive",
-            ));
+            )),
         }
-        let (a, b) = draw_permutations(seed, num_perm);
-        Ok(Self { a, b, shingle_size })
     }
 
     /// The permutations' ``a`` and ``b``, as lists.
     fn permutations(&self) -> (Vec<u32>, Vec<u32>) {
-        (self.a.clone(), self.b.clone())
+        (self.inner.a.clone(), self.inner.b.clone())
     }
 
     /// features(texts, bands, rows, min_shingles)
@@ -492,49 +276,13 @@ impl Scheme {
         rows: usize,
         min_shingles: i64,
     ) -> PyResult<Vec<Features>> {
-        let perms = self.a.len();
-        if bands.checked_mul(rows).is_none_or(|n| n > perms) {
+        if !self.inner.fits(bands, rows) {
             return Err(PyValueError::new_err(
                 "bands x rows must not exceed num_perm",
             ));
         }
-        Ok(py.detach(|| {
-            let seeds = band_seeds(bands);
-            let mut words = Vec::new();
-            let mut shingles = Vec::new();
-            let mut row = vec![0u32; perms];
-            texts
-                .iter()
-                .map(|text| {
-                    let distinct = text_signature(
-                        text.as_bytes(),
-                        self.shingle_size,
-                        &self.a,
-                        &self.b,
-                        &mut row,
-                        &mut words,
-                        &mut shingles,
-                    );
-                    let bands = (distinct >= min_shingles)
-                        .then(|| hash_bands(&row, &seeds, rows).collect());
-                    Features {
-                        distinct,
-                        bands,
-                        sketch: sketch(&row),
-                    }
-                })
-                .collect()
-        }))
+        Ok(py.detach(|| self.inner.features(texts, bands, rows, min_shingles)))
     }
-}
-
-/// The band keys of a text's band hashes, in band order (`band_key`).
-pub(crate) fn band_keys(hashes: &[u64]) -> Vec<String> {
-    hashes
-        .iter()
-        .enumerate()
-        .map(|(band, h)| band_key(band, *h))
-        .collect()
 }
 
 #[pymodule]
@@ -542,7 +290,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     keep_purged_pages();
     module.add_class::<Scheme>()?;
     module.add_class::<cache::RecordCache>()?;
-    module.add_class::<content::stage::ContentKernel>()?;
+    module.add_class::<content::kernel::ContentKernel>()?;
     module.add_function(wrap_pyfunction!(signatures, module)?)?;
     module.add_function(wrap_pyfunction!(band_hashes, module)?)?;
     module.add_function(wrap_pyfunction!(positive_murmur2, module)?)?;
@@ -559,5 +307,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(refs::split_refs, module)?)?;
     module.add_function(wrap_pyfunction!(content::content_reencode, module)?)?;
     module.add_function(wrap_pyfunction!(json::json_from_msgpack, module)?)?;
+    module.add_function(wrap_pyfunction!(fields::record_fields, module)?)?;
     Ok(())
 }

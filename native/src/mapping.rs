@@ -1,154 +1,15 @@
-//! A source's mapping (`streamdedup.core.stages.source`): what each of its positions maps to, from what its
-//! contents told it, with a fingerprint per position, and the rows of the `source-mappings` record when those
-//! changed. The twin the tests compare this with is `mapping_in_python` (from `current_mapping`, `_fingerprint`
-//! and `records.mapping_row`).
-//!
-//! A source keeps what its contents last told it as one packed list (`state.pack_statuses`): MessagePack, an
-//! array of `StatusEntry` arrays sorted by content hash. The content stage sends a source the statuses of a batch
-//! in the same form (`SourceStatuses`), and `merge_statuses` takes them in.
+//! A source's mapping and the merge of its statuses, for Python (`streamdedup_kernels::mapping` holds them and
+//! describes the packed status lists).
 
-use std::collections::BTreeMap;
-
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashSet as HashSet;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyBytes, PyString};
+use streamdedup_kernels::mapping::{mapping, merge};
 
-use crate::content::mp::{Result as MpResult, Writer as MpWriter};
-use crate::content::stage::round6;
-use crate::json::{python_repr, Writer as JsonWriter};
-use crate::text::blake2b_64;
-
-/// Python's `repr` of a float (`nan`, `inf` and `-inf` included), as `source._fingerprint` writes it.
-fn py_float_repr(x: f64) -> String {
-    if x == 1.0 {
-        return "1.0".to_owned(); // the Jaccard value of every exact copy and canonical
-    }
-    if x.is_nan() {
-        return "nan".to_owned();
-    }
-    if x.is_infinite() {
-        return if x > 0.0 { "inf" } else { "-inf" }.to_owned();
-    }
-    python_repr(x)
-}
-
-/// The fingerprint of one mapping entry: the BLAKE2b-64 of
-/// `f"{content_hash}\x00{chunk_id}\x00{relation}\x00{jaccard!r}"` (`source._fingerprint`). `text` is scratch.
-fn fingerprint(
-    text: &mut String,
-    content_hash: &str,
-    chunk_id: &str,
-    relation: &str,
-    jaccard: f64,
-) -> [u8; 8] {
-    text.clear();
-    for part in [content_hash, "\0", chunk_id, "\0", relation, "\0"] {
-        text.push_str(part);
-    }
-    text.push_str(&py_float_repr(jaccard));
-    blake2b_64(text.as_bytes())
-}
-
-/// What one content last told a source (`state.StatusEntry`): the chunk it belongs to (`"="`: itself) for the
-/// source's `version`, how (near or not), and the canonical position if that is in this source (else -1).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Status<'a> {
-    pub content_hash: &'a str,
-    pub seq: i64,
-    pub version: i64,
-    pub chunk_id: &'a str,
-    pub near: bool,
-    pub jaccard: f64,
-    pub canonical_position: i64,
-}
-
-impl Status<'_> {
-    fn write(&self, w: &mut MpWriter) {
-        w.array(7);
-        w.str(self.content_hash);
-        w.int(self.seq);
-        w.int(self.version);
-        w.str(self.chunk_id);
-        w.str(if self.near { "near" } else { "canonical" });
-        w.float(self.jaccard);
-        w.int(self.canonical_position);
-    }
-
-    /// Whether this status answers for the source's `version`: it names a chunk for it.
-    fn answers(&self, version: i64) -> bool {
-        self.version == version && !self.chunk_id.is_empty()
-    }
-}
-
-/// The statuses of a packed list, in its order (an empty list is empty bytes).
-pub(crate) fn read_statuses(data: &[u8]) -> MpResult<Vec<Status<'_>>> {
-    crate::content::mp::read_list(data, 7, "a status of 7 fields", |r| {
-        let content_hash = r.str()?;
-        let seq = r.int()?;
-        let version = r.int()?;
-        let chunk_id = r.str()?;
-        let near = match r.str()? {
-            "near" => true,
-            "canonical" => false,
-            _ => return Err(crate::content::mp::Malformed("a relation")),
-        };
-        Ok(Status {
-            content_hash,
-            seq,
-            version,
-            chunk_id,
-            near,
-            jaccard: r.float()?,
-            canonical_position: r.int()?,
-        })
-    })
-}
-
-/// The packed list of `statuses`, which must be sorted by content hash, without repeats.
-pub(crate) fn write_statuses<'s>(
-    statuses: impl ExactSizeIterator<Item = &'s Status<'s>>,
-) -> Vec<u8> {
-    let mut w = MpWriter::with_capacity(16 + 160 * statuses.len());
-    w.array(statuses.len());
-    for status in statuses {
-        status.write(&mut w);
-    }
-    w.out
-}
-
-/// A status the content stage tells a source, owned until the batch packs its source's list.
-pub(crate) struct Told {
-    pub content_hash: String,
-    pub seq: i64,
-    pub version: i64,
-    pub chunk_id: String,
-    pub near: bool,
-    pub jaccard: f64,
-    pub canonical_position: i64,
-}
-
-/// The packed list of the statuses a batch tells one source, sorted by content hash.
-pub(crate) fn pack_told(told: &mut [Told]) -> Vec<u8> {
-    told.sort_unstable_by(|a, b| a.content_hash.cmp(&b.content_hash));
-    let statuses: Vec<Status<'_>> = told
-        .iter()
-        .map(|t| Status {
-            content_hash: &t.content_hash,
-            seq: t.seq,
-            version: t.version,
-            chunk_id: &t.chunk_id,
-            near: t.near,
-            jaccard: t.jaccard,
-            canonical_position: t.canonical_position,
-        })
-        .collect();
-    write_statuses(statuses.iter())
-}
-
-fn malformed(e: crate::content::mp::Malformed) -> PyErr {
+fn malformed(e: streamdedup_kernels::mp::Malformed) -> PyErr {
     PyValueError::new_err(format!("malformed status list: {e}"))
 }
 
@@ -171,41 +32,12 @@ pub fn merge_statuses<'py>(
         .iter()
         .map(|c| c.to_str())
         .collect::<PyResult<HashSet<&str>>>()?;
-    let held = read_statuses(statuses).map_err(malformed)?;
-    let count = held.len();
-    let mut merged: BTreeMap<&str, Status<'_>> = held
-        .into_iter()
-        .filter(|s| listed.contains(s.content_hash))
-        .map(|s| (s.content_hash, s))
-        .collect();
-    let mut changed = merged.len() != count;
-    for blob in &incoming {
-        for status in read_statuses(blob).map_err(malformed)? {
-            if !listed.contains(status.content_hash) {
-                continue;
-            }
-            if let Some(known) = merged.get(status.content_hash) {
-                if (known.seq, known.version) >= (status.seq, status.version) {
-                    continue;
-                }
-            }
-            merged.insert(status.content_hash, status);
-            changed = true;
-        }
-    }
-    Ok(changed.then(|| PyBytes::new(py, &write_statuses(merged.values()))))
-}
-
-/// One position's entry: relation and Jaccard similarity.
-struct Entry {
-    relation: &'static str,
-    jaccard: f64,
+    let merged = merge(&listed, statuses, &incoming).map_err(malformed)?;
+    Ok(merged.map(|packed| PyBytes::new(py, &packed)))
 }
 
 /// The `source-mappings` value as JSON, and the (position, chunk id) of each exact copy whose entry changed.
 type Changed<'py> = (Bound<'py, PyBytes>, Vec<(usize, String)>);
-
-const MAPPING_SCHEMA: &str = "streamdedup.mapping/v1";
 
 /// source_mapping(source_id, chunks, statuses, version, before, sent)
 /// --
@@ -227,85 +59,15 @@ pub fn source_mapping<'py>(
     before: &[u8],
     sent: bool,
 ) -> PyResult<Option<(Bound<'py, PyBytes>, Option<Changed<'py>>)>> {
-    let told: HashMap<&str, Status<'_>> = read_statuses(statuses)
-        .map_err(malformed)?
-        .into_iter()
-        .map(|s| (s.content_hash, s))
-        .collect();
-    let mut entries = Vec::with_capacity(chunks.len());
-    let mut hashes = Vec::with_capacity(chunks.len());
-    let mut ids = Vec::with_capacity(chunks.len());
-    for (position, content_hash) in chunks.iter().enumerate() {
-        let content_hash = content_hash.to_str()?;
-        let Some(status) = told.get(content_hash).filter(|s| s.answers(version)) else {
-            return Ok(None);
-        };
-        let entry = if status.near {
-            Entry {
-                relation: "near",
-                jaccard: status.jaccard,
-            }
-        } else {
-            Entry {
-                relation: if status.canonical_position == position as i64 {
-                    "canonical"
-                } else {
-                    "exact"
-                },
-                jaccard: 1.0,
-            }
-        };
-        entries.push(entry);
-        hashes.push(content_hash);
-        ids.push(if status.chunk_id == "=" {
-            content_hash
-        } else {
-            status.chunk_id
-        });
-    }
-    let mut prints = Vec::with_capacity(8 * entries.len());
-    let mut text = String::new();
-    for ((content_hash, chunk_id), e) in hashes.iter().zip(&ids).zip(&entries) {
-        let print = fingerprint(&mut text, content_hash, chunk_id, e.relation, e.jaccard);
-        prints.extend_from_slice(&print);
-    }
-    let prints_py = PyBytes::new(py, &prints);
-    if sent && prints == before {
-        return Ok(Some((prints_py, None)));
-    }
-    // The value as msgspec writes `records.mapping_of_rows`: the same fields in the same order.
-    let mut j = JsonWriter::with_capacity(64 + source_id.len() + 200 * entries.len());
-    j.raw(b"{\"schema\":");
-    j.str(MAPPING_SCHEMA);
-    j.raw(b",\"source_id\":");
-    j.str(source_id);
-    j.raw(b",\"version\":");
-    j.int(version);
-    j.raw(b",\"chunks\":[");
-    let mut merged = Vec::new();
-    for (position, ((content_hash, chunk_id), e)) in
-        hashes.iter().zip(&ids).zip(&entries).enumerate()
-    {
-        let at = position * 8;
-        if e.relation == "exact" && before.get(at..at + 8) != Some(&prints[at..at + 8]) {
-            merged.push((position, (*chunk_id).to_owned()));
-        }
-        j.raw(if position == 0 {
-            b"{\"position\":"
-        } else {
-            b",{\"position\":"
-        });
-        j.int(position as i64);
-        j.raw(b",\"content_hash\":");
-        j.str(content_hash);
-        j.raw(b",\"chunk_id\":");
-        j.str(chunk_id);
-        j.raw(b",\"relation\":\"");
-        j.raw(e.relation.as_bytes());
-        j.raw(b"\",\"jaccard\":");
-        j.float(round6(e.jaccard));
-        j.raw(b"}");
-    }
-    j.raw(b"]}");
-    Ok(Some((prints_py, Some((PyBytes::new(py, &j.out), merged)))))
+    let chunks = chunks
+        .iter()
+        .map(|c| c.to_str())
+        .collect::<PyResult<Vec<&str>>>()?;
+    let found = mapping(source_id, &chunks, statuses, version, before, sent).map_err(malformed)?;
+    Ok(found.map(|m| {
+        let changed = m
+            .changed
+            .map(|(json, merged)| (PyBytes::new(py, &json), merged));
+        (PyBytes::new(py, &m.prints), changed)
+    }))
 }

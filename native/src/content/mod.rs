@@ -1,12 +1,13 @@
-//! The content stage (`streamdedup.core.stages.content`), compiled: its records as msgspec encodes them (`mp.rs`,
-//! `model.rs`), the canonical policy and clustering (`policy.rs`), messages and outputs as Python objects (`py.rs`),
-//! and the batch itself (`stage.rs`).
+//! The content stage (`streamdedup.core.stages.content`), compiled: its records, MessagePack and the canonical
+//! policy are in the core crate (`streamdedup_kernels::{model, mp, policy}`); here are messages and outputs as
+//! Python objects (`py.rs`, `messages.rs`), the batch's host in Python (`host.rs`) and the kernel (`kernel.rs`).
 
-pub mod model;
-pub mod mp;
-mod policy;
+mod host;
+pub mod kernel;
+mod messages;
 mod py;
-pub mod stage;
+
+use streamdedup_kernels::{model, mp};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

@@ -300,7 +300,7 @@ impl<'a, 'py> Writer<'a, 'py> {
         ))
     }
 
-    pub fn mark(&self, mark: &Option<PairMark>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn mark(&self, mark: Option<&PairMark>) -> PyResult<Bound<'py, PyAny>> {
         let py = self.py;
         match mark {
             None => Ok(py.None().into_bound(py)),
@@ -308,7 +308,7 @@ impl<'a, 'py> Writer<'a, 'py> {
         }
     }
 
-    pub fn report(&mut self, report: &Option<MemberReport>) -> PyResult<Bound<'py, PyAny>> {
+    pub fn report(&mut self, report: Option<&MemberReport>) -> PyResult<Bound<'py, PyAny>> {
         let py = self.py;
         let Some(report) = report else {
             return Ok(py.None().into_bound(py));

@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use super::model::{Info, Rank, Role, SourceAttrs};
+use crate::model::{Info, Rank, Role, SourceAttrs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Criterion {
