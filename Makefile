@@ -28,9 +28,11 @@ example: $(STAMP)
 	$(BIN)/streamdedup run examples/feed.jsonl --state $(OUT)/example-state \
 		--out $(OUT)/example-outputs.jsonl --batch-size 1
 
-## Lint, type-check and run every test (the browser tests drive Debian's Chromium, installed when missing), then the
-## engine's tests again on its Python kernels, which must give what the compiled ones give.
+## Lint, type-check, run the compiled kernels' own tests (cargo test) and every test (the browser tests drive Debian's
+## Chromium, installed when missing), then the engine's tests again on its Python kernels, which must give what the
+## compiled ones give.
 test: lint $(STAMP) chromium
+	cd native && cargo test --locked --quiet -p streamdedup-kernels
 	$(BIN)/pytest
 	STREAMDEDUP_KERNELS=python $(BIN)/pytest -q tests/unit tests/contract tests/simulation
 

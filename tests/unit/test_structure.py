@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -111,3 +112,44 @@ def test_no_two_modules_share_a_name():
     packages = Counter(p.parent.name for p in (ROOT / "streamdedup").rglob("__init__.py"))
     shared = {name for name, count in (names + packages).items() if count > 1}
     assert shared == set()
+
+
+def test_no_python_file_is_over_500_lines():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in _python_files()
+        if (n := len(p.read_text().splitlines())) > PYTHON_LINES
+    }
+    assert long == {}
+
+
+def test_no_rust_file_is_over_800_lines():
+    files = sorted((ROOT / "native").rglob("*.rs"))
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in files
+        if "target" not in p.parts and (n := len(p.read_text().splitlines())) > RUST_LINES
+    }
+    assert files and long == {}
+
+
+def test_no_rust_use_circle_between_files():
+    # A Rust module's `use crate::a::b` or `use super::x`: the same rule as for Python files.
+    files = {p: p for p in (ROOT / "native").rglob("*.rs") if "target" not in p.parts}
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        crate_root = next(parent for parent in path.parents if (parent / "Cargo.toml").is_file()) / "src"
+        if crate_root not in path.parents:
+            continue  # a crate's integration tests (tests/): each is a crate of its own
+        name = path.relative_to(crate_root).with_suffix("").as_posix().removesuffix("/mod")
+        uses = set()
+        for found in re.findall(r"\b(crate|super)((?:::\w+)+)", path.read_text()):
+            head, tail = found
+            parts = [p for p in tail.split("::") if p]
+            base = [] if head == "crate" else name.split("/")[:-1]
+            uses |= {"/".join(base + parts[:n]) for n in range(1, len(parts) + 1)}
+        graph[f"{crate_root}:{name}"] = {f"{crate_root}:{u}" for u in uses}
+    known = set(graph)
+    assert (
+        _cycles({node: {u for u in uses if u in known and u != node} for node, uses in graph.items()}) == []
+    )
