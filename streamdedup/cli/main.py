@@ -87,7 +87,7 @@ def _warn_on_python_kernels(settings: Settings) -> None:
     if kernels.kind() == "python" and settings.kernels == "auto":
         err().print(
             "[yellow]warning:[/yellow] this installation has no compiled kernels, so the engine runs in Python, "
-            f"several times slower (byte-identical results). For the compiled ones, {kernels.HOW_TO_COMPILE}."
+            f"at less than half the speed (byte-identical results). For the compiled ones, {kernels.HOW_TO_COMPILE}."
         )
 
 

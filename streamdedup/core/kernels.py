@@ -45,8 +45,8 @@ CHOICES: tuple[Choice, ...] = ("auto", "compiled", "python")
 
 #: What a user does to get the compiled kernels (the warning on the Python path and the error above say it).
 HOW_TO_COMPILE = (
-    "install a wheel of streamdedup (pip install streamdedup), or build from source with Rust 1.85+ "
-    "on the PATH (rustup.rs, then pip install --force-reinstall --no-binary streamdedup streamdedup)"
+    "install a wheel that has them (make wheel builds one into dist/; pip install dist/streamdedup-*.whl), or "
+    "put Rust 1.85+ on the PATH (rustup.rs) and pip install the source again"
 )
 
 
