@@ -53,7 +53,7 @@ def test_example_view_equals_the_embedded_run(deployment, engine):
     assert len(view.chunks) == 12
     with urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/health", timeout=10) as response:
         health = json.loads(response.read())
-    # The worker runs the kernels this session chose (STREAMDEDUP_KERNELS, which it inherits).
+    # The worker runs the kernels the test run chose (STREAMDEDUP_KERNELS, which it inherits).
     assert health == {"status": "ok", "assigned": 4 * len(STAGES), "kernels": kernels.kind()}
 
 
