@@ -10,10 +10,11 @@ from hypothesis import HealthCheck, settings
 from streamdedup.core import kernels
 from streamdedup.core.engine import Engine
 from streamdedup.core.params import EngineParams
+from tests.helpers import SESSION_KERNELS
 
 # STREAMDEDUP_KERNELS=python runs the suite on the Python kernels (CI runs the engine's tests both ways); the
 # commands the tests start read the same variable.
-kernels.use(os.environ.get("STREAMDEDUP_KERNELS", "auto"))
+kernels.use(SESSION_KERNELS)
 
 # "ci" (the default) draws the same examples on every run, so the suite passes or fails the same way on every
 # machine; "hunt" draws new ones each run and many more, for looking for counterexamples on purpose.
@@ -40,4 +41,4 @@ def compiled_kernels():
     """The compiled kernels for one test about them, whichever the session runs; the session's choice after."""
     kernels.use("compiled")
     yield
-    kernels.use(os.environ.get("STREAMDEDUP_KERNELS", "auto"))
+    kernels.use(SESSION_KERNELS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 
@@ -13,6 +14,10 @@ from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.memory import MemoryStore
 
 DAY = 86_400_000_000
+
+#: The kernels this test run uses (STREAMDEDUP_KERNELS, which CI sets to "python" for a second run of the engine's
+#: tests); a test that chooses others chooses these again when it ends.
+SESSION_KERNELS = os.environ.get("STREAMDEDUP_KERNELS", "auto")
 
 
 def upsert(

@@ -62,10 +62,11 @@ class SignatureScheme:
         self.num_perm = num_perm
         self.seed = seed
         self.shingle_size = shingle_size
+        # The kernels in use when the scheme was made: every method of the scheme computes with them.
+        self._kernels = kernels.native()
         #: The compiled scheme that :meth:`features` calls (the compiled content stage calls it directly), or None
         #: where the kernels are Python's.
-        compiled = kernels.native()
-        self.compiled = None if compiled is None else compiled.Scheme(num_perm, seed, shingle_size)
+        self.compiled = None if self._kernels is None else self._kernels.Scheme(num_perm, seed, shingle_size)
         self.byte_size = _HEADER.size + 4 * num_perm
 
     def features(
@@ -111,7 +112,7 @@ class SignatureScheme:
         data = np.frombuffer(b"".join(encoded) if offsets[-1] else b"\0", dtype=np.uint8)
         out = np.empty((len(encoded), self.num_perm), dtype=np.uint32)
         distinct = np.zeros(len(encoded), dtype=np.int64)
-        compiled = kernels.native()
+        compiled = self._kernels
         if compiled is None:
             from streamdedup.core.numpy_kernels import numpy_kernel  # noqa: PLC0415 - imports NumPy
 
@@ -164,7 +165,7 @@ class SignatureScheme:
         import numpy as np  # noqa: PLC0415 - see estimate_jaccard
 
         values = np.asarray(signatures)
-        compiled = kernels.native()
+        compiled = self._kernels
         if compiled is None or values.ndim != 2 or values.dtype != np.uint32 or not values.shape[1]:
             from streamdedup.core.numpy_kernels import band_hashes_numpy  # noqa: PLC0415 - imports NumPy
 

@@ -315,6 +315,11 @@ def test_every_command_and_make_target_exists(path: Path) -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_the_readme_is_a_front_page_under_12_kb() -> None:
+    # What it is, the two commands, a tour and links; the reference lives in docs/.
+    assert README.stat().st_size < 12 * 1024
+
+
 def test_the_readme_gives_the_setup_and_test_commands() -> None:
     # CI runs `make test`, the command README.md gives a new clone; `make example` runs the bundled example.
     blocks = [content.strip() for _, info, content in parse(README).fences if info in SHELL]

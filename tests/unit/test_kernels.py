@@ -26,9 +26,9 @@ from streamdedup.drivers.simulation import SimulationDriver
 from streamdedup.store.base import FAMILIES
 from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.random_feeds import ParagraphPool, random_feed, with_decisions
+from tests.helpers import SESSION_KERNELS
 
 ROOT = Path(__file__).parents[2]
-CHOSEN = os.environ.get("STREAMDEDUP_KERNELS", "auto")
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason="compares the compiled kernels with Python's")
 
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.skipif(not kernels.available(), reason="compares the co
 @pytest.fixture(autouse=True)
 def _restore_the_choice() -> Iterator[None]:
     yield
-    kernels.use(CHOSEN)
+    kernels.use(SESSION_KERNELS)
 
 
 def test_the_choice_says_which_kernels_run() -> None:

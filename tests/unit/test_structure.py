@@ -12,6 +12,8 @@ PACKAGES = ("streamdedup", "benchmarks")
 #: The longest Python file, in lines; a Rust file may be a little longer (its tests sit in the file).
 PYTHON_LINES = 500
 RUST_LINES = 800
+#: The longest Rust function, in lines, its signature and closing brace included.
+RUST_FUNCTION_LINES = 100
 
 
 def _python_files() -> list[Path]:
@@ -153,3 +155,33 @@ def test_no_rust_use_circle_between_files():
     assert (
         _cycles({node: {u for u in uses if u in known and u != node} for node, uses in graph.items()}) == []
     )
+
+
+def _rust_functions(text: str) -> dict[str, int]:
+    """The length of every function in rustfmt-formatted Rust: from its ``fn`` line to the ``}`` at its indent."""
+    lines = text.splitlines()
+    found = {}
+    for start, line in enumerate(lines):
+        head = re.match(r"(\s*)(?:pub(?:\([a-z]+\))? )?(?:const |async |unsafe )*fn (\w+)", line)
+        if head is None or line.rstrip().endswith(";"):
+            continue
+        indent, name = head.groups()
+        end = next((i for i in range(start, len(lines)) if lines[i] == indent + "}"), start)
+        found[f"{name}:{start + 1}"] = end - start + 1
+    return found
+
+
+def test_the_rust_function_counter_counts_a_function():
+    text = "impl A {\n    pub(crate) fn f(&self) -> u8 {\n        1\n    }\n}\nfn g() {}\n"
+    assert _rust_functions(text) == {"f:2": 3, "g:6": 1}
+
+
+def test_no_rust_function_is_over_100_lines():
+    files = [p for p in (ROOT / "native").rglob("*.rs") if "target" not in p.parts]
+    long = {
+        f"{p.relative_to(ROOT)}:{name}": n
+        for p in files
+        for name, n in _rust_functions(p.read_text()).items()
+        if n > RUST_FUNCTION_LINES
+    }
+    assert files and long == {}
