@@ -165,6 +165,11 @@ class Settings(BaseSettings):
     max_batch_bytes: int = Field(
         512 * 1024, ge=1024, description="Largest internal batch message before splitting."
     )
+    feeds: Path | None = Field(
+        None,
+        description="TOML file of change-data-capture feeds: connector topics the worker reads beside the "
+        "documents topic, and how their rows map onto events (docs/connectors.md).",
+    )
     fetch_records: int = Field(
         2000, ge=1, description="Kafka messages a worker takes in one round (one handler call per partition)."
     )

@@ -123,6 +123,13 @@ def run(
             help="Then bring this vector database (lancedb://DIR) up to date with --out, as 'index' does."
         ),
     ] = None,
+    feed: Annotated[
+        str | None,
+        typer.Option(
+            help="INPUT holds this feed's change events (Debezium), one record value per line; the feeds file "
+            "(--feeds) maps them."
+        ),
+    ] = None,
 ) -> None:
     """Run the engine embedded (no broker) over INPUT and append the outputs to --out."""
     from streamdedup.cli.run import run_command
@@ -142,7 +149,14 @@ def run(
     def both() -> None:
         _warn_on_python_kernels(settings)
         run_command(
-            settings, input, _state_dir(settings, state), out, err(), watch=watch, collection=collection
+            settings,
+            input,
+            _state_dir(settings, state),
+            out,
+            err(),
+            watch=watch,
+            collection=collection,
+            feed_name=feed,
         )
         if index is not None:
             from streamdedup.cli.indexing import index_command

@@ -14,6 +14,7 @@ from rich.progress import DownloadColumn, MofNCompleteColumn, ProgressColumn
 from rich.table import Table
 
 from streamdedup.cli.progress import progress_bar
+from streamdedup.contract.cdc import load_feeds
 from streamdedup.drivers.embedded import RunCounters, Runner
 from streamdedup.drivers.feeds import RunReport, run_feed
 from streamdedup.drivers.folder import FolderFeed
@@ -50,15 +51,26 @@ def run_command(
     *,
     watch: bool = False,
     collection: str | None = None,
+    feed_name: str | None = None,
 ) -> None:
-    """Run the engine over a JSONL file or a folder, with state in ``state``, appending outputs to ``out``."""
+    """Run the engine over a JSONL file (of a feed's change events, with ``feed_name``) or a folder, with state in
+    ``state``, appending outputs to ``out``."""
     started = time.monotonic()
+    if feed_name is not None and (source.is_dir() or settings.feeds is None):
+        raise ConfigurationError(
+            "--feed reads a file of change events, mapped by the feeds file (STREAMDEDUP_FEEDS or --set feeds=FILE)"
+        )
     if not source.is_dir():
         if watch:
             raise ConfigurationError("--watch needs a folder to watch, not a file")
+        limits = settings.event_limits()
+        decode = None
+        if feed_name is not None:
+            assert settings.feeds is not None
+            decode = load_feeds(settings.feeds, limits).named(feed_name).decode
         report = RunReport()
         with opened_state(settings, state, out) as (runner, sink):
-            _run_feed(JsonlFeed(source, settings.event_limits()), runner, sink, settings, report, console)
+            _run_feed(JsonlFeed(source, limits, decode), runner, sink, settings, report, console)
             counters = runner.counters
     else:
         feed = input_feed(settings, source, collection)

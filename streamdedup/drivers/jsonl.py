@@ -57,8 +57,16 @@ def read_lines(handle: BinaryIO, max_bytes: int) -> Iterator[tuple[bytes, int, b
         yield line.rstrip(b"\r\n"), size, cut
 
 
-def read_events(path: Path, limits: EventLimits = DEFAULT_LIMITS) -> Iterator[Line]:
-    """Yield a :class:`Line` for each non-blank line of ``path``; nothing in the file makes this raise."""
+def read_events(
+    path: Path,
+    limits: EventLimits = DEFAULT_LIMITS,
+    decode: Callable[[bytes], InputEvent | None] | None = None,
+) -> Iterator[Line]:
+    """Yield a :class:`Line` for each non-blank line of ``path``; nothing in the file makes this raise.
+
+    ``decode`` reads a line in another input format than the contract's (a feed's change events); a line it maps
+    to nothing (a tombstone) yields no line.
+    """
     done = 0
     with path.open("rb") as handle:
         for number, (line, size, cut) in enumerate(read_lines(handle, limits.bytes), start=1):
@@ -71,10 +79,13 @@ def read_events(path: Path, limits: EventLimits = DEFAULT_LIMITS) -> Iterator[Li
                 where["truncated_to"] = len(line)
                 yield Line(number, done, dead_letter(line, error, where), Origin(line, where))
                 continue
+            item: InputEvent | Output | None
             try:
-                item: InputEvent | Output = decode_event(line, limits)
+                item = decode_event(line, limits) if decode is None else decode(line)
             except InvalidEventError as exc:
                 item = dead_letter(line, exc, where)
+            if item is None:
+                continue
             yield Line(number, done, item, Origin(line, where))
 
 
@@ -132,14 +143,20 @@ class FileSink:
 
 
 class JsonlFeed:
-    """A JSONL file of input events as a feed (progress in bytes read)."""
+    """A JSONL file of input events as a feed (progress in bytes read); with ``decode``, of a feed's change
+    events, one record value per line (:mod:`streamdedup.contract.cdc`)."""
 
-    def __init__(self, path: Path, limits: EventLimits = DEFAULT_LIMITS) -> None:
-        self.path, self.limits = path, limits
+    def __init__(
+        self,
+        path: Path,
+        limits: EventLimits = DEFAULT_LIMITS,
+        decode: Callable[[bytes], InputEvent | None] | None = None,
+    ) -> None:
+        self.path, self.limits, self.decode = path, limits, decode
 
     def open(self) -> tuple[int, Iterator[FeedItem]]:
         """Return the file's size and an item per non-blank line."""
-        lines = read_events(self.path, self.limits)
+        lines = read_events(self.path, self.limits, self.decode)
         return self.path.stat().st_size, (FeedItem(line.item, line.origin, line.done) for line in lines)
 
     def consumed(self, items: Sequence[FeedItem]) -> dict[str, bytes]:

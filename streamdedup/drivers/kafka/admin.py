@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 
+from streamdedup.contract.cdc import load_feeds
 from streamdedup.contract.codec import encode_event, event_key
 from streamdedup.core.messages import STAGES
 from streamdedup.core.model import InputEvent
@@ -75,6 +76,12 @@ async def ensure_topics(settings: Settings) -> None:
             for name, (parts, cfg) in wanted.items()
             if name not in existing
         ]
+        if settings.feeds is not None:
+            for topic in load_feeds(settings.feeds, settings.event_limits()).topics:
+                if topic not in existing:
+                    logger.warning(
+                        "feed topic %s does not exist yet; it is read once its connector creates it", topic
+                    )
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):  # another worker created them first
                 await admin.create_topics(missing)

@@ -44,6 +44,7 @@ import mode
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
+from streamdedup.contract.cdc import FeedDecoder, load_feeds
 from streamdedup.contract.codec import decode_event, encode_for_dead_letter, event_key
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message
@@ -106,6 +107,12 @@ class StageWorker(Outbox, CommittedOffsets, mode.Service):
         self.engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
         self.limits = settings.event_limits()
         self.names = TopicNames(settings.topic_prefix)
+        feeds = load_feeds(settings.feeds, self.limits) if settings.feeds is not None else None
+        #: The input topics, each with its change-event decoder (None: the contract's documents topic).
+        self.inputs: dict[str, FeedDecoder | None] = {
+            self.names.documents: None,
+            **({topic: feeds.for_topic(topic) for topic in feeds.topics} if feeds else {}),
+        }
         self.faults = FaultPoints(settings.fault_kill_at)
         self._stage_of = {self.names.stage(stage): stage for stage in STAGES}
         self._output_topics = {topic: self.names.output(topic) for topic in OUTPUT_TOPICS}
@@ -165,9 +172,11 @@ class StageWorker(Outbox, CommittedOffsets, mode.Service):
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
             fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+            # A connector creates its topics when it first starts: notice them within seconds, not minutes.
+            metadata_max_age_ms=5000 if len(self.inputs) > 1 else 300_000,
         )
         self._consumer.subscribe(
-            [self.names.documents, *(self.names.stage(s) for s in STAGES)], listener=_Rebalance(self)
+            [*self.inputs, *(self.names.stage(s) for s in STAGES)], listener=_Rebalance(self)
         )
         await self._consumer.start()
 
@@ -302,8 +311,8 @@ class StageWorker(Outbox, CommittedOffsets, mode.Service):
         for tp, records in fetched.items():
             if not records:
                 continue
-            if tp.topic == self.names.documents:
-                calls.append(self._ingest(tp, records))
+            if tp.topic in self.inputs:
+                calls.append(self._ingest(tp, records, self.inputs[tp.topic]))
                 continue
             store = self.stores.partitions.get((self._stage_of[tp.topic], tp.partition))
             if store is None:
@@ -315,8 +324,9 @@ class StageWorker(Outbox, CommittedOffsets, mode.Service):
             if records and tp not in self._held:  # held input is not done: a restart must read it again
                 self._done[tp] = max(self._done.get(tp, 0), records[-1].offset + 1)
 
-    async def _ingest(self, tp: TopicPartition, records: Sequence[Any]) -> None:
-        """Validate input events and pass the valid ones to the source stage, one batch per partition."""
+    async def _ingest(self, tp: TopicPartition, records: Sequence[Any], feed: FeedDecoder | None) -> None:
+        """Validate input events (a feed's change events: map them) and pass the valid ones to the source stage,
+        one batch per partition; a feed's tombstones map to nothing (:mod:`streamdedup.contract.cdc`)."""
         started = time.monotonic()
         now = time.time()
         sends = self._sends()
@@ -324,9 +334,15 @@ class StageWorker(Outbox, CommittedOffsets, mode.Service):
         for record in records:
             self.metrics.event_age_seconds.observe(max(0.0, now - record.timestamp / 1000))
             try:
-                parsed = decode_event(record.value if record.value is not None else b"", self.limits)
+                parsed = (
+                    decode_event(record.value if record.value is not None else b"", self.limits)
+                    if feed is None
+                    else feed.decode(record.value, record.key)
+                )
             except InvalidEventError as exc:
                 self._dead_letter(sends, tp, record, str(exc), "invalid", record.value, record.key)
+                continue
+            if parsed is None:
                 continue
             routed.setdefault(partition_for(parsed.source_id, self.settings.partitions), []).append(parsed)
         topic = self.names.stage("source")
