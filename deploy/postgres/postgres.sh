@@ -48,7 +48,7 @@ bindir() {
   elif command -v pg_config >/dev/null && [ -x "$(pg_config --bindir)/initdb" ]; then
     dir="$(pg_config --bindir)"
   else
-    dir="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
+    dir="$(printf '%s\n' /usr/lib/postgresql/*/bin | grep -v '\*' | sort -V | tail -n 1)"
   fi
   if [ -z "$dir" ] || [ ! -x "$dir/initdb" ] || [ ! -x "$dir/pg_ctl" ]; then
     say "PostgreSQL's server binaries (initdb, pg_ctl) were not found; install them (Debian: apt-get install" \
@@ -173,8 +173,8 @@ start() {
     say "keeping the existing cluster in $DATA ('$0 wipe' removes it)"
   else
     rm -rf "$DATA"
-    (cd "$RUN" && as_owner "$BIN/initdb" -D "$DATA" -U "$PGUSER_NAME" --auth=trust --encoding=UTF8 --locale=C --no-sync) \
-      >"$RUN/logs/initdb.log" 2>&1 \
+    (cd "$RUN" && as_owner "$BIN/initdb" -D "$DATA" -U "$PGUSER_NAME" --auth=trust --encoding=UTF8 --locale=C \
+      --no-sync) >"$RUN/logs/initdb.log" 2>&1 \
       || { say "initdb failed:"; cat "$RUN/logs/initdb.log" >&2; exit 1; }
   fi
   configure
