@@ -165,7 +165,8 @@ def section(lines: list[str]) -> None:
         "replication stream has nothing to read, and its queue then waits up to `poll.interval.ms` again for a batch",
         "to fill (2,048 events) before Kafka Connect gets it, so at a few changes a second a change waits for up to",
         "twice the interval before it is on the topic. The same benchmark with other values (`--poll-interval-ms N`,",
-        "each its own run, `benchmarks/results/cdc_latency-pollN.json`), p50 / p99 / max in ms:",
+        "each its own run, `benchmarks/results/cdc_latency-pollN.json`; the load is the 1-minute average before the",
+        "deletes and after the ACL changes), p50 / p99 / max in ms:",
         "",
         "| `poll.interval.ms` | run | commit to feed record | deletes: commit to index | ACL: commit to index |",
         "|---:|---|---:|---:|---:|",
@@ -173,7 +174,8 @@ def section(lines: list[str]) -> None:
     for run in sorted([result, *others], key=lambda r: int(r["poll_interval_ms"])):
         rd, ra = run["phases"]["deletes"], run["phases"]["acl"]
         lines.append(
-            f"| {run['poll_interval_ms']} | {run['machine']['date']}, load {rd['load_before'][0]:g} | "
+            f"| {run['poll_interval_ms']} | {run['machine']['date']}, load {rd['load_before'][0]:g} to "
+            f"{ra['load_after'][0]:g} | "
             f"{_p(rd['latency'], 't0 -> feed record')} | {_p(rd['latency'], 't0 -> index')} | "
             f"{_p(ra['latency'], 't0 -> index')} |"
         )
