@@ -9,7 +9,8 @@ export PATH := $(HOME)/.cargo/bin:$(PATH)
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name '*.rs' -o -name Cargo.toml | grep -v target)
 
 .PHONY: setup example test lint docs native-toolchain wheel chromium clean bench bench-signatures bench-profile \
-	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-report
+	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-cdc \
+	bench-report
 
 # Without cargo the package installs without its compiled kernels and runs its Python ones (the same results, slower).
 $(STAMP): pyproject.toml constraints.txt $(NATIVE_SOURCES)
@@ -89,6 +90,10 @@ bench-index: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.index
 bench-floor: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.floor --peer
+## A database's deletes and ACL changes to the index: PostgreSQL, Kafka Connect with Debezium, the broker, a worker
+## and `index --follow`, all started and stopped by the benchmark (Java 17, Maven and Debian's postgresql needed).
+bench-cdc: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.cdc_latency
 ## Rewrite docs/benchmarks.md from benchmarks/results/*.json without running anything.
 bench-report: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.report

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.sections import (
+    cdc_latency,
     dense,
     engine,
     floor,
@@ -29,6 +30,7 @@ SECTIONS = [
     ("Retrieval", retrieval.section),
     ("Index writer", index.section),
     ("Floors", floor.section),
+    ("Deletion propagation from a database", cdc_latency.section),
 ]
 
 
