@@ -208,6 +208,7 @@ class Connect:
                     f"topic.prefix={self.name}",
                     "table.include.list=public.documents,public.pages,public.notes",
                     "snapshot.mode=initial",
+                    "poll.interval.ms=50",
                     "tombstones.on.delete=true",
                     "unavailable.value.placeholder=__debezium_unavailable_value",
                     # every table's changes go to one topic, in which the feeds tell the tables apart

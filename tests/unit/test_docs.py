@@ -40,7 +40,7 @@ IDS = [str(path.relative_to(ROOT)) for path in FILES]
 SHELL = {"sh", "shell", "bash", "console"}
 PYTHON = {"python", "py"}
 #: What a fenced block may be labelled; a block without a label would escape the checks below.
-LANGUAGES = SHELL | PYTHON | {"text", "json"}
+LANGUAGES = SHELL | PYTHON | {"text", "json", "toml"}
 
 
 @dataclass(frozen=True)
