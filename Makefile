@@ -8,7 +8,7 @@ OUT := out
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name '*.rs' -o -name Cargo.toml | grep -v target)
 
-.PHONY: setup example test lint docs native-toolchain wheel chromium clean bench bench-signatures bench-profile \
+.PHONY: setup example test lint docs native-toolchain wheel chromium postgresql clean bench bench-signatures bench-profile \
 	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-cdc \
 	bench-report
 
@@ -32,7 +32,7 @@ example: $(STAMP)
 ## Lint, type-check, run the compiled kernels' own tests (cargo test) and every test (the browser tests drive Debian's
 ## Chromium, installed when missing), then the engine's tests again on its Python kernels, which must give what the
 ## compiled ones give.
-test: lint $(STAMP) chromium
+test: lint $(STAMP) chromium postgresql
 	cd native && cargo test --locked --quiet -p streamdedup-kernels
 	$(BIN)/pytest
 	STREAMDEDUP_KERNELS=python $(BIN)/pytest -q tests/unit tests/contract tests/simulation
@@ -57,6 +57,11 @@ docs: $(STAMP)
 
 chromium:
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium)
+
+# tests/integration/test_connect.py runs a PostgreSQL server of its own (deploy/postgres/postgres.sh).
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v pg_ctl >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql)
 
 lint: $(STAMP) native-toolchain
 	$(BIN)/ruff check streamdedup tests examples benchmarks

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from streamdedup.contract.codec import parse_timestamp
@@ -33,8 +34,6 @@ from streamdedup.settings import Settings
 from streamdedup.testing.random_feeds import ParagraphPool
 from tests.helpers import embedded_review_keys, run_embedded, unflagged
 from tests.integration.harness import REPO, Deployment, Worker, dlq_records, free_port, until
-
-psycopg = pytest.importorskip("psycopg")
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.events_in = Counter(
-            "streamdedup_events_in", "Input events read from the documents topic.", registry=r
+            "streamdedup_events_in", "Records read from the input topics (documents and feeds).", registry=r
         )
         self.events_processed = Counter(
             "streamdedup_events_processed", "Input events the source stage applied.", registry=r
