@@ -227,21 +227,11 @@ class Services:
         self._stops.append(stop)
 
     def write_feeds(self) -> None:
-        self.feeds.write_text(
-            f"""[[feed]]
-name = "documents"
-topic = "{FEED_TOPIC}"
-table = "public.documents"
-source_id = "pg:{{table}}:{{id}}"
-text = "body"
-acl = "acl"
-modified_at = "modified_at"
-collection = "{{space}}"
-title = "title"
-uri = "https://wiki.example/{{space}}/{{id}}"
-metadata = ["space"]
-"""
-        )
+        """Write the example's feeds file (deploy/connect/feeds.toml) with the benchmark's topic."""
+        example = (REPO / "deploy" / "connect" / "feeds.toml").read_text()
+        topic = 'topic = "streamdedup_pg.public.documents"'
+        assert topic in example, "deploy/connect/feeds.toml no longer names the example's topic"
+        self.feeds.write_text(example.replace(topic, f'topic = "{FEED_TOPIC}"'))
 
     def start_worker(self) -> None:
         self.write_feeds()

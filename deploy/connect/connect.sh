@@ -68,6 +68,8 @@ export CDC_PUBLICATION="${CDC_PUBLICATION:-streamdedup_documents}"
 export CDC_TOPIC_PREFIX="${CDC_TOPIC_PREFIX:-streamdedup_pg}" CDC_TOPIC_PARTITIONS="${CDC_TOPIC_PARTITIONS:-1}"
 
 say() { printf 'connect: %s\n' "$*" >&2; }
+# shellcheck source=deploy/pidfile.sh
+. "$HERE/../pidfile.sh"
 
 # The errors of this start's log and its last lines (the errors come first: a worker that stops logs many lines after).
 show_log() {
@@ -103,8 +105,7 @@ fetch() {
 }
 
 running() {
-  [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null \
-    && [ "$(ps -o stat= -p "$(cat "$PIDFILE")" 2>/dev/null | cut -c1)" != "Z" ]
+  [ -f "$PIDFILE" ] && alive "$(cat "$PIDFILE")"
 }
 
 answers() {
@@ -257,21 +258,7 @@ wait_streaming() {
 }
 
 stop() {
-  if running; then
-    local pid
-    pid="$(cat "$PIDFILE")"
-    say "stopping (pid $pid)"
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 120); do
-      running || break
-      sleep 0.5
-    done
-    if running; then
-      say "still running after 60 s; killing"
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-  fi
-  rm -f "$PIDFILE"
+  stop_pidfile "$PIDFILE" 60
   if [ "${CONNECT_KEEP_DATA:-0}" != "1" ]; then
     rm -rf "$RUN/data"
   fi

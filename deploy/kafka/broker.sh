@@ -28,6 +28,8 @@ PIDFILE="$RUN/broker.pid"
 LOG="$RUN/logs/server.log"
 
 say() { printf 'broker: %s\n' "$*" >&2; }
+# shellcheck source=deploy/pidfile.sh
+. "$HERE/../pidfile.sh"
 
 fetch() {
   if [ -f "$LIB/.complete" ] && [ "$LIB/.complete" -nt "$HERE/pom.xml" ]; then
@@ -123,21 +125,7 @@ start() {
 }
 
 stop() {
-  if running; then
-    local pid
-    pid="$(cat "$PIDFILE")"
-    say "stopping (pid $pid)"
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 60); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.5
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-      say "still running after 30 s; killing"
-      kill -9 "$pid" 2>/dev/null || true
-    fi
-  fi
-  rm -f "$PIDFILE"
+  stop_pidfile "$PIDFILE" 30
   if [ "${KAFKA_KEEP_DATA:-0}" != "1" ]; then
     rm -rf "$RUN/data"
   fi
