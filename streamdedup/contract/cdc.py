@@ -78,7 +78,7 @@ class Template:
     'pg:documents:7'
     """
 
-    def __init__(self, text: str, what: str) -> None:
+    def __init__(self, text: str, what: str = "template") -> None:
         self.text = text
         self.parts: list[tuple[bool, str]] = []  # (is a name, literal or name)
         at = 0
