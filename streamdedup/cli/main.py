@@ -126,8 +126,8 @@ def run(
     feed: Annotated[
         str | None,
         typer.Option(
-            help="INPUT holds this feed's change events (Debezium), one record value per line; the feeds file "
-            "(--feeds) maps them."
+            help="INPUT holds this feed's change events (Debezium), one record value per line, mapped by the feeds "
+            "file (STREAMDEDUP_FEEDS, or --set feeds=FILE)."
         ),
     ] = None,
 ) -> None:

@@ -23,20 +23,24 @@ How a change event maps (with or without Kafka Connect's ``{"schema", "payload"}
 
 - ``r`` (snapshot), ``c`` and ``u`` are upserts of the row's ``after`` image. An update whose text column holds
   Debezium's placeholder for an unchanged out-of-line (TOAST) value, or whose ``before`` image (replica identity
-  FULL) differs from ``after`` in the ACL column alone, is an ``acl`` event: the text did not change.
-- ``d`` is a delete; its ``source_id`` comes from the ``before`` image, which holds the key columns, and the
-  record's key.
+  FULL) differs from ``after`` in the ACL column alone, is an ``acl`` event: the text did not change. (Without
+  replica identity FULL, what else such an update changed is not applied; an upsert with the placeholder in any
+  other mapped column is a dead letter, since an upsert replaces every column.)
+- ``d`` is a delete; its ``source_id`` comes from the record's key and the ``before`` image.
 - The tombstone after a delete (a null value) maps to nothing: the ``d`` before it carries the delete and its
   position, and a tombstone, which has none, cannot be ordered against the row's other changes. (Read after a
   connector restart that sent a delete again, a tombstone taken as a delete would remove a row inserted again
   since.) A feed topic must therefore keep its ``d`` records: cleanup policy ``delete``, or ``compact`` with a
   ``min.compaction.lag.ms`` above the worker's largest lag.
-- **The version is the change's log sequence number** (``source.lsn``): PostgreSQL writes every row change at its
-  own, strictly larger position in the write-ahead log, a snapshot reads every row at the snapshot's position,
-  and streaming starts after it, so a row's versions grow across snapshot and streaming. A connector restarted
-  sends again what it had not recorded as sent, with the same positions, which the engine ignores (design §5 I4).
-  Positions restart only with another database cluster (a restore, a failover to a replica that was behind);
-  such a move needs a new deployment prefix.
+- **The version comes from the change's log sequence number** (``source.lsn``): a snapshot row's version is the
+  snapshot's position, a streamed change's is its own position plus :data:`STREAMED` (2**62). A row's streamed
+  changes are in log order, since a writer of a row waits for the one before it to commit; every streamed change
+  was committed after the snapshot, so it outranks the snapshot row even when its own position is below the
+  snapshot's (a transaction that was open while the snapshot was taken). A connector restarted sends again what it
+  had not recorded as sent, with the same positions, which the engine ignores (design §5 I4). A later snapshot
+  (a connector reset, an incremental snapshot) fills rows that no streamed change reached and never overrides
+  one that did. Positions restart only with another database cluster (a restore, a failover to a replica that was
+  behind); such a move needs a new deployment prefix.
 
 Every record the mapping cannot use raises :class:`~streamdedup.errors.InvalidEventError` naming the column and the
 reason; the drivers dead-letter it with the connector's key, topic, partition and offset.
@@ -47,7 +51,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -58,10 +62,10 @@ from streamdedup.contract.codec import (
     event_from_data,
     parse_json,
 )
-from streamdedup.core.model import AclEvent, DeleteEvent, InputEvent, format_timestamp
+from streamdedup.core.model import AclEvent, InputEvent, format_timestamp
 from streamdedup.errors import ConfigurationError, InvalidEventError
 
-__all__ = ["UNAVAILABLE", "FeedDecoder", "FeedMapping", "Feeds", "Template", "load_feeds"]
+__all__ = ["STREAMED", "UNAVAILABLE", "FeedDecoder", "FeedMapping", "Feeds", "Template", "load_feeds"]
 
 #: What Debezium's PostgreSQL connector sends for an out-of-line (TOAST) column that an update did not change.
 UNAVAILABLE = "__debezium_unavailable_value"
@@ -69,6 +73,9 @@ UNAVAILABLE = "__debezium_unavailable_value"
 _SOURCE_NAMES = ("db", "schema", "table")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}|[{}]")
 _OPS = {"r": "snapshot read", "c": "insert", "u": "update", "d": "delete"}
+#: Added to the log position of a streamed change (c, u, d): every streamed change of a row outranks its snapshot
+#: row, whatever their positions (module docs).
+STREAMED = 1 << 62
 
 
 class Template:
@@ -124,6 +131,7 @@ class FeedMapping(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     content_type: str = "text/plain"
     content_type_column: str | None = None
     modified_at: str | None = None
+    modified_at_unit: Literal["us", "ms", "ns", "days"] = "us"
     collection: str = "default"
     authority: str | None = None
     uri: str | None = None
@@ -176,29 +184,35 @@ class FeedDecoder:
             raise InvalidEventError("a change event needs its 'source' block", field="source")
         mapping = self._mapping(source)
         op = change["op"]
-        if op not in _OPS:
+        if not isinstance(op, str) or op not in _OPS:
             raise InvalidEventError(
                 f"operation {op!r} is not mapped (only r, c, u and d are: a truncate is not a row's change)",
                 field="op",
             )
         lsn = source.get("lsn")
-        if isinstance(lsn, bool) or not isinstance(lsn, int) or lsn < 0:
+        if isinstance(lsn, bool) or not isinstance(lsn, int) or not 0 <= lsn < STREAMED:
             raise InvalidEventError(
                 "needs the change's log sequence number, the version of a row (a PostgreSQL connector's)",
                 field="source.lsn",
             )
+        version = lsn if op == "r" else STREAMED + lsn
         source_id_template = self._templates[mapping][0]
         if op == "d":
-            row = {**_key_row(key, self.limits), **_row(change.get("before"), "before", required=False)}
-            return DeleteEvent(source_id=self._source_id(source_id_template, row, source), version=lsn)
+            # The key's columns win over the before image's, which holds only them under the default identity.
+            row = {**_row(change.get("before"), "before", required=False), **_key_row(key, self.limits)}
+            source_id = self._source_id(source_id_template, row, source)
+            return self._contract({"op": "delete", "source_id": source_id, "version": version}, mapping)
         row = _row(change.get("after"), "after", required=True)
         source_id = self._source_id(source_id_template, row, source)
         before = change.get("before")
         if row.get(mapping.text) == UNAVAILABLE or (
             isinstance(before, dict) and _only_acl_changed(mapping, before, row)
         ):
-            return AclEvent(source_id=source_id, version=lsn, acl=self._acl(mapping, row))
-        return self._upsert(mapping, row, source, source_id, lsn)
+            acl = list(self._acl(mapping, row))
+            return self._contract(
+                {"op": "acl", "source_id": source_id, "version": version, "acl": acl}, mapping
+            )
+        return self._upsert(mapping, row, source, source_id, version)
 
     def _mapping(self, source: Mapping[str, Any]) -> FeedMapping:
         table, schema = source.get("table"), source.get("schema")
@@ -221,12 +235,12 @@ class FeedDecoder:
         value = row.get(mapping.acl)
         if isinstance(value, str) and value != UNAVAILABLE:
             try:
-                value = msgspec.json.decode(value)
-            except msgspec.DecodeError:
+                value = parse_json(value, self.limits)
+            except InvalidEventError:
                 raise InvalidEventError(
                     "must be an array of principals or JSON text of one", field=mapping.acl
                 ) from None
-        if value == UNAVAILABLE:
+        if _unavailable(value):
             raise InvalidEventError(
                 "is unchanged out-of-line data, which Debezium does not send: with the text unchanged too there "
                 "is nothing to apply (REPLICA IDENTITY FULL on the table makes it send both)",
@@ -245,6 +259,14 @@ class FeedDecoder:
         lsn: int,
     ) -> InputEvent:
         _, collection, uri = self._templates[mapping]
+        for column in (mapping.title, mapping.modified_at, mapping.authority, mapping.content_type_column,
+                       *mapping.metadata):  # fmt: skip
+            if column is not None and _unavailable(row.get(column)):
+                raise InvalidEventError(
+                    "is unchanged out-of-line data, which Debezium does not send, and an upsert replaces every "
+                    "mapped column: give the table REPLICA IDENTITY FULL, with which it sends them all",
+                    field=column,
+                )
         text = row.get(mapping.text)
         if not isinstance(text, str):
             state = "NULL" if text is None else f"a {type(text).__name__}, not text"
@@ -262,8 +284,8 @@ class FeedDecoder:
             "content_type": content_type,
             "collection": collection.render(row, source),
         }
-        if mapping.authority is not None:
-            event["authority"] = row.get(mapping.authority, 0) or 0
+        if mapping.authority is not None and row.get(mapping.authority) is not None:
+            event["authority"] = row[mapping.authority]
         if uri is not None:
             event["uri"] = uri.render(row, source)
         if mapping.title is not None and row.get(mapping.title) is not None:
@@ -384,19 +406,29 @@ def _only_acl_changed(mapping: FeedMapping, before: Mapping[str, Any], after: Ma
     return all(before[column] == after[column] for column in after if column != mapping.acl)
 
 
+#: Microseconds in one unit of an integer time column (Debezium's MicroTimestamp, Timestamp, NanoTimestamp, Date).
+_UNITS = {"us": 1, "ms": 1000, "ns": 0.001, "days": 86_400_000_000}
+
+
 def _modified_at(mapping: FeedMapping, row: Mapping[str, Any], source: Mapping[str, Any]) -> Any:
-    """Return the modification time as the contract writes it: the column's, or the commit's time."""
-    if mapping.modified_at is None:
-        value: Any = source.get("ts_us") or (
-            source["ts_ms"] * 1000 if isinstance(source.get("ts_ms"), int) else None
-        )
+    """Return the modification time as the contract writes it: the column's, or the change's source time (the
+    commit's for a streamed change, the read's for a snapshot row)."""
+    field, scale = mapping.modified_at, _UNITS[mapping.modified_at_unit]
+    if field is None:
+        field, value, scale = "source.ts_us", source.get("ts_us"), 1
+        if not isinstance(value, int) and isinstance(source.get("ts_ms"), int):
+            field, value, scale = "source.ts_ms", source["ts_ms"], 1000
     else:
-        value = row.get(mapping.modified_at)
+        value = row.get(field)
     if isinstance(value, int) and not isinstance(value, bool):
         try:
-            return format_timestamp(value)  # epoch microseconds (Debezium's MicroTimestamp)
+            return format_timestamp(int(value * scale))
         except (OverflowError, ValueError):
-            raise InvalidEventError(
-                "is out of range as epoch microseconds", field=mapping.modified_at or "source.ts_ms"
-            ) from None
+            raise InvalidEventError("is out of range as a time since the epoch", field=field) from None
     return value
+
+
+def _unavailable(value: Any) -> bool:
+    """Whether a column holds Debezium's placeholder for an unchanged out-of-line value (in an array: its only
+    element, as Debezium sends a text array's)."""
+    return value == UNAVAILABLE or (isinstance(value, list) and UNAVAILABLE in value)

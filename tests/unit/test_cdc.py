@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
-from streamdedup.contract.cdc import UNAVAILABLE, FeedDecoder, FeedMapping, load_feeds
+from streamdedup.contract.cdc import STREAMED, UNAVAILABLE, FeedDecoder, FeedMapping, load_feeds
 from streamdedup.contract.codec import DEFAULT_LIMITS, EventLimits, encode_event
 from streamdedup.core.model import AclEvent, DeleteEvent, UpsertEvent
 from streamdedup.core.output_view import View
@@ -62,7 +65,7 @@ def test_a_row_image_is_an_upsert_with_every_mapped_column(decoder, op, wrapped)
     event = decoder.decode(value, key(7, wrapped=wrapped))
     assert isinstance(event, UpsertEvent)
     assert event.source_id == "pg:documents:7"
-    assert event.version == 90_000
+    assert event.version == (90_000 if op == "r" else STREAMED + 90_000)
     assert event.text == "Refunds are issued within 30 days of purchase."
     assert event.content_type == "text/plain"
     assert event.collection == "eng"
@@ -99,12 +102,13 @@ def test_a_delete_takes_its_source_id_from_the_key_columns_and_its_tombstone_map
     decoder, wrapped
 ):
     value = record_value(change("d", lsn=91_000, before={"id": 7}), wrapped=wrapped)
-    assert decoder.decode(value, key(7, wrapped=wrapped)) == DeleteEvent(
-        source_id="pg:documents:7", version=91_000
-    )
-    # the key alone gives the source_id when the before image is empty
+    deleted = DeleteEvent(source_id="pg:documents:7", version=STREAMED + 91_000)
+    assert decoder.decode(value, key(7, wrapped=wrapped)) == deleted
+    # the key alone gives the source_id when the before image is empty, and wins over the before image
     value = record_value(change("d", lsn=91_000, before=None))
-    assert decoder.decode(value, key(7)) == DeleteEvent(source_id="pg:documents:7", version=91_000)
+    assert decoder.decode(value, key(7, wrapped=wrapped)) == deleted
+    value = record_value(change("d", lsn=91_000, before={"id": 8}))
+    assert decoder.decode(value, key(7, wrapped=wrapped)) == deleted
     assert decoder.decode(None, key(7)) is None
     assert decoder.decode(b"null", key(7)) is None
     assert decoder.decode(b'{"schema": null, "payload": null}', key(7)) is None
@@ -112,12 +116,16 @@ def test_a_delete_takes_its_source_id_from_the_key_columns_and_its_tombstone_map
 
 def test_an_update_with_the_text_unavailable_is_an_acl_change(decoder):
     value = record_value(change("u", lsn=92_000, after=row(body=UNAVAILABLE, acl=["group:all"])))
-    assert decoder.decode(value) == AclEvent(source_id="pg:documents:7", version=92_000, acl=("group:all",))
+    assert decoder.decode(value) == AclEvent(
+        source_id="pg:documents:7", version=STREAMED + 92_000, acl=("group:all",)
+    )
 
 
 def test_a_full_before_image_that_differs_in_the_acl_alone_is_an_acl_change(decoder):
     value = record_value(change("u", lsn=93_000, before=row(), after=row(acl=["group:all"])))
-    assert decoder.decode(value) == AclEvent(source_id="pg:documents:7", version=93_000, acl=("group:all",))
+    assert decoder.decode(value) == AclEvent(
+        source_id="pg:documents:7", version=STREAMED + 93_000, acl=("group:all",)
+    )
     value = record_value(change("u", lsn=94_000, before=row(), after=row(acl=["x"], body="Other text.")))
     assert isinstance(decoder.decode(value), UpsertEvent)
 
@@ -190,6 +198,123 @@ def test_the_feeds_file_is_checked_when_it_is_read(tmp_path):
         feeds.named("nope")
 
 
+def test_a_streamed_change_outranks_the_snapshot_row_even_from_below_its_position(decoder):
+    """A transaction open while the snapshot was taken wrote below the snapshot's position and committed after it."""
+    snapshot = decoder.decode(record_value(change("r", lsn=5_000, after=row())))
+    streamed = decoder.decode(
+        record_value(change("u", lsn=4_000, after=row(body="Changed while it was read.")))
+    )
+    assert isinstance(snapshot, UpsertEvent) and isinstance(streamed, UpsertEvent)
+    assert streamed.version > snapshot.version
+    later = decoder.decode(record_value(change("u", lsn=4_100, after=row(body="And again."))))
+    assert isinstance(later, UpsertEvent) and later.version > streamed.version
+    # a later snapshot never overrides a streamed change
+    again = decoder.decode(record_value(change("r", lsn=9_000, after=row())))
+    assert isinstance(again, UpsertEvent) and again.version < streamed.version
+    with pytest.raises(InvalidEventError, match="log sequence number"):
+        decoder.decode(record_value(change("c", lsn=STREAMED, after=row())))
+
+
+def test_debeziums_placeholder_is_never_taken_for_a_value(decoder):
+    # a text array's placeholder is an array holding it
+    value = record_value(change("u", lsn=1, after=row(body=UNAVAILABLE, acl=[UNAVAILABLE])))
+    with pytest.raises(InvalidEventError, match="REPLICA IDENTITY FULL") as caught:
+        decoder.decode(value)
+    assert caught.value.field == "acl"
+    value = record_value(change("u", lsn=1, after=row(body="A new text.", acl=[UNAVAILABLE])))
+    with pytest.raises(InvalidEventError, match="REPLICA IDENTITY FULL"):
+        decoder.decode(value)
+    for column in ("title", "space", "authority", "modified_at"):
+        value = record_value(change("u", lsn=1, after=row(body="A new text.", **{column: UNAVAILABLE})))
+        with pytest.raises(InvalidEventError, match=r"REPLICA IDENTITY FULL|missing or NULL") as caught:
+            decoder.decode(value)
+        assert caught.value.field == column
+
+
+def test_an_update_that_changed_nothing_is_an_upsert_and_deletes_and_acl_changes_are_checked_as_the_contracts(
+    decoder,
+):
+    assert isinstance(
+        decoder.decode(record_value(change("u", lsn=1, before=row(), after=row()))), UpsertEvent
+    )
+    mapping = FeedMapping(topic="t", source_id="{id}", text="body", acl="acl")
+    for bad in ("a\x00b", "x" * 2000):
+        with pytest.raises(InvalidEventError, match="source_id"):
+            FeedDecoder([mapping]).decode(record_value(change("d", lsn=1, before={"id": bad})))
+        with pytest.raises(InvalidEventError, match="source_id"):
+            FeedDecoder([mapping]).decode(
+                record_value(change("u", lsn=1, after=row(id=bad, body=UNAVAILABLE)))
+            )
+
+
+@pytest.mark.parametrize(
+    ("unit", "value"), [("ms", 1_700_000_000_250), ("days", 19_675), ("ns", 1_700_000_000_250_000_000)]
+)
+def test_an_integer_time_column_is_read_in_its_unit(unit, value):
+    mapping = FeedMapping(
+        topic="t", source_id="{id}", text="body", acl="acl", modified_at="changed", modified_at_unit=unit
+    )
+    event = FeedDecoder([mapping]).decode(record_value(change("c", lsn=1, after=row(changed=value))))
+    assert isinstance(event, UpsertEvent)
+    assert event.attrs.modified_at == value * {"ms": 1000, "days": 86_400_000_000, "ns": 0.001}[unit]
+
+
+def test_without_ts_us_the_source_time_in_milliseconds_is_used():
+    mapping = FeedMapping(topic="t", source_id="{id}", text="body", acl="acl")
+    envelope = change("c", lsn=1, after=row(), ts_ms=1_700_000_000_250)
+    del envelope["source"]["ts_us"]
+    event = FeedDecoder([mapping]).decode(record_value(envelope))
+    assert isinstance(event, UpsertEvent) and event.attrs.modified_at == 1_700_000_000_250_000
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    raw=st.one_of(
+        st.binary(max_size=300),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=5)
+            ),
+            max_leaves=20,
+        ).map(msgspec.json.encode),
+        st.builds(
+            lambda op, lsn, after, before, table: msgspec.json.encode(
+                {**change(op, lsn=lsn, after=after, before=before, table=table)}
+            ),
+            st.sampled_from(["r", "c", "u", "d", "t", "m", ""]),
+            st.integers(min_value=-5, max_value=2**64),
+            st.one_of(
+                st.none(),
+                st.dictionaries(
+                    st.sampled_from(["id", "body", "acl", "space", "title"]),
+                    st.one_of(
+                        st.none(),
+                        st.integers(),
+                        st.text(max_size=5),
+                        st.lists(st.text(max_size=3), max_size=3),
+                        st.just(UNAVAILABLE),
+                    ),
+                    max_size=5,
+                ),
+            ),
+            st.one_of(st.none(), st.just({"id": 1})),
+            st.sampled_from(["documents", "other"]),
+        ),
+    ),
+    raw_key=st.one_of(st.none(), st.binary(max_size=20), st.just(b'{"id": 3}')),
+)
+def test_any_record_maps_to_an_event_or_nothing_or_is_invalid(raw, raw_key):
+    mapping = FeedMapping(
+        topic="t", source_id="pg:{table}:{id}", text="body", acl="acl", table="public.documents"
+    )
+    try:
+        event = FeedDecoder([mapping]).decode(raw, raw_key)
+    except InvalidEventError:
+        return
+    assert event is None or isinstance(event, (UpsertEvent, DeleteEvent, AclEvent))
+
+
 def test_run_reads_a_file_of_change_events_as_its_contract_events_would_be_read(tmp_path):
     """A row's whole life (snapshot, update, ACL change, delete, insert again), replays and hostile rows."""
     feeds = tmp_path / "feeds.toml"
@@ -207,6 +332,9 @@ def test_run_reads_a_file_of_change_events_as_its_contract_events_would_be_read(
         record_value(change("d", lsn=180, before={"id": 3})),
         b"null",
         record_value(change("r", lsn=100, after=row(3, body=other))),  # a replay: older than the delete
+        record_value(
+            change("r", lsn=300, after=row(3, body=other))
+        ),  # a later snapshot: a streamed change won
         record_value(change("c", lsn=190, after=row(5), table="secrets")),  # hostile: unknown table
         record_value(change("c", lsn=200, after=row(3, body="Back again."))),
     ]
@@ -216,10 +344,12 @@ def test_run_reads_a_file_of_change_events_as_its_contract_events_would_be_read(
         UpsertEvent(**_contract(1, 100, row(1))),
         UpsertEvent(**_contract(2, 100, row(2, space="sales", acl=["group:sales"]))),
         UpsertEvent(**_contract(3, 100, row(3, body=other))),
-        AclEvent(source_id="pg:documents:1", version=150, acl=("*",)),
-        UpsertEvent(**_contract(2, 170, row(2, body="Shipping takes five days.", acl=["group:sales"]))),
-        DeleteEvent(source_id="pg:documents:3", version=180),
-        UpsertEvent(**_contract(3, 200, row(3, body="Back again."))),
+        AclEvent(source_id="pg:documents:1", version=STREAMED + 150, acl=("*",)),
+        UpsertEvent(
+            **_contract(2, STREAMED + 170, row(2, body="Shipping takes five days.", acl=["group:sales"]))
+        ),
+        DeleteEvent(source_id="pg:documents:3", version=STREAMED + 180),
+        UpsertEvent(**_contract(3, STREAMED + 200, row(3, body="Back again."))),
     ]
     expected = tmp_path / "contract.jsonl"
     expected.write_bytes(b"\n".join(encode_event(e) for e in contract) + b"\n")

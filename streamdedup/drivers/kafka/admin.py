@@ -78,6 +78,11 @@ async def ensure_topics(settings: Settings) -> None:
         ]
         if settings.feeds is not None:
             for topic in load_feeds(settings.feeds, settings.event_limits()).topics:
+                if topic in wanted or topic in TopicNames(settings.topic_prefix).all():
+                    raise ConfigurationError(
+                        f"the feeds file names {topic}, a topic of the deployment itself; a feed reads a "
+                        "connector's topic"
+                    )
                 if topic not in existing:
                     logger.warning(
                         "feed topic %s does not exist yet; it is read once its connector creates it", topic

@@ -1,10 +1,12 @@
-"""The stage worker: consumes the documents and stage topics, applies handler calls to partition stores.
+"""The stage worker: consumes the input topics (documents, and the feeds' connector topics) and the stage topics,
+applies handler calls to partition stores.
 
 One consumer in the worker group reads the documents topic and every stage topic. A round takes what the
 consumer has fetched and handles each topic partition's records as one call, the calls of a round concurrently
 (each partition has its own store):
 
-- a documents partition is *ingested*: each record is validated, the valid events are sent to the source stage
+- an input partition is *ingested*: each record is validated (a feed's change event mapped,
+  :mod:`streamdedup.contract.cdc`), the valid events are sent to the source stage
   partition of their source_id (one batch message per partition), the invalid ones to ``dlq``;
 - a stage partition's call drops the records at or below the store's applied offset (read again after a crash),
   runs the handler on the rest in one store transaction, then, in this order:
