@@ -50,6 +50,7 @@ create table documents (
     title text, authority int not null default 0);
 alter table documents alter column body set storage external;  -- a long body is stored out of line, uncompressed
 create table pages (slug text primary key, html text, readers jsonb, updated timestamptz not null);
+alter table pages replica identity full;  -- updates carry the whole row before and after
 create table notes (id bigint primary key, body text);
 """
 
@@ -149,6 +150,13 @@ class Database:
                 collection="pages",
                 attrs=SourceAttrs(acl=tuple(sorted(set(readers))), modified_at=parse_timestamp(updated)),
             )
+        )
+
+    def change_readers(self, slug: str, readers: list[str]) -> None:
+        self.sql("update pages set readers = %s where slug = %s", json.dumps(readers), slug)
+        self.pages[slug]["readers"] = readers
+        self.events.append(
+            AclEvent(source_id=f"pg:pages:{slug}", version=self._version(), acl=tuple(sorted(set(readers))))
         )
 
     def delete_page(self, slug: str) -> None:
@@ -411,6 +419,10 @@ def test_a_table_streamed_by_debezium_is_deduplicated_as_its_contract_events_are
         for row_id in rng.sample(sorted(db.documents), 20):
             db.delete_document(row_id)
         db.put_page("page-3", page_html(pool, rng, "Page 3 again"), ["group:all"])
+        for n in (5, 6, 7):  # the before image differs in the ACL column alone: an acl event
+            db.change_readers(
+                f"page-{n}", ["group:hr"] if db.pages[f"page-{n}"]["readers"] != ["group:hr"] else ["*"]
+            )
         db.delete_page("page-4")
         db.hostile_rows(9100)
         # The worker is killed mid-stream and restarted on its data.
