@@ -40,6 +40,9 @@ DB="${PG_DB:-streamdedup}"
 PGUSER_NAME="${PG_USER:-postgres}"
 
 say() { printf 'postgres: %s\n' "$*" >&2; }
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=deploy/pidfile.sh
+. "$HERE/../pidfile.sh"
 
 bindir() {
   local dir
@@ -108,10 +111,6 @@ SOCKET="$RUN/socket"
 LOG="$RUN/logs/postgres.log"
 
 # Whether a process lives (an exited one that nobody has reaped yet does not).
-alive() {
-  kill -0 "$1" 2>/dev/null && [ "$(ps -o stat= -p "$1" 2>/dev/null | cut -c1)" != "Z" ]
-}
-
 running() {
   [ -f "$DATA/postmaster.pid" ] && alive "$(head -n 1 "$DATA/postmaster.pid")"
 }
@@ -171,6 +170,14 @@ start() {
   [ -z "$OS_USER" ] || chown -R "$OS_USER:" "$RUN"
   if [ -f "$DATA/PG_VERSION" ]; then
     say "keeping the existing cluster in $DATA ('$0 wipe' removes it)"
+    # A server killed a moment ago can linger as a zombie until it is reaped, which the server's own check of its lock
+    # files takes for a running server; no server runs here (checked above), so they are stale.
+    local lock
+    for lock in "$DATA/postmaster.pid" "$SOCKET/.s.PGSQL.$PORT.lock"; do
+      if [ -f "$lock" ] && ! alive "$(head -n 1 "$lock")"; then
+        rm -f "$lock"
+      fi
+    done
   else
     rm -rf "$DATA"
     (cd "$RUN" && as_owner "$BIN/initdb" -D "$DATA" -U "$PGUSER_NAME" --auth=trust --encoding=UTF8 --locale=C \
