@@ -62,7 +62,7 @@ from streamdedup.contract.codec import (
     event_from_data,
     parse_json,
 )
-from streamdedup.core.model import AclEvent, InputEvent, format_timestamp
+from streamdedup.core.model import InputEvent, format_timestamp
 from streamdedup.errors import ConfigurationError, InvalidEventError
 
 __all__ = ["STREAMED", "UNAVAILABLE", "FeedDecoder", "FeedMapping", "Feeds", "Template", "load_feeds"]
@@ -72,7 +72,7 @@ UNAVAILABLE = "__debezium_unavailable_value"
 #: Template names that mean the change's source, not a column.
 _SOURCE_NAMES = ("db", "schema", "table")
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}|[{}]")
-_OPS = {"r": "snapshot read", "c": "insert", "u": "update", "d": "delete"}
+_OPS = frozenset("rcud")  # snapshot read, insert (create), update, delete
 #: Added to the log position of a streamed change (c, u, d): every streamed change of a row outranks its snapshot
 #: row, whatever their positions (module docs).
 STREAMED = 1 << 62
@@ -102,7 +102,6 @@ class Template:
                 self.parts.append((True, match.group(1)))
             at = match.end()
         self.parts.append((False, text[at:]))
-        self.names = tuple(part for is_name, part in self.parts if is_name)
 
     def render(self, row: Mapping[str, Any], source: Mapping[str, Any]) -> str:
         """Fill the template; raise InvalidEventError when a column it names is missing, NULL or not a scalar."""
@@ -164,7 +163,7 @@ class FeedDecoder:
 
         Any record the mapping cannot use raises InvalidEventError, whatever its bytes.
         """
-        if value is None or not value.strip() or value.strip() == b"null":
+        if value is None or value.strip() in (b"", b"null"):
             return None
         try:
             return self._decode(parse_json(value, self.limits), key)
@@ -208,7 +207,7 @@ class FeedDecoder:
         if row.get(mapping.text) == UNAVAILABLE or (
             isinstance(before, dict) and _only_acl_changed(mapping, before, row)
         ):
-            acl = list(self._acl(mapping, row))
+            acl = self._acl(mapping, row)
             return self._contract(
                 {"op": "acl", "source_id": source_id, "version": version, "acl": acl}, mapping
             )
@@ -231,7 +230,9 @@ class FeedDecoder:
         except InvalidEventError as exc:
             raise InvalidEventError(f"source_id: {exc}", field=exc.field) from exc
 
-    def _acl(self, mapping: FeedMapping, row: Mapping[str, Any]) -> tuple[str, ...]:
+    def _acl(self, mapping: FeedMapping, row: Mapping[str, Any]) -> Any:
+        """Return the ACL column's value as the contract's ``acl`` (JSON text parsed), which the event's own
+        validation checks; raise for Debezium's placeholder."""
         value = row.get(mapping.acl)
         if isinstance(value, str) and value != UNAVAILABLE:
             try:
@@ -246,9 +247,7 @@ class FeedDecoder:
                 "is nothing to apply (REPLICA IDENTITY FULL on the table makes it send both)",
                 field=mapping.acl,
             )
-        event = self._contract({"op": "acl", "source_id": "-", "version": 0, "acl": value}, mapping)
-        assert isinstance(event, AclEvent)
-        return event.acl
+        return value
 
     def _upsert(
         self,
@@ -279,7 +278,7 @@ class FeedDecoder:
             "source_id": source_id,
             "version": lsn,
             "modified_at": _modified_at(mapping, row, source),
-            "acl": list(self._acl(mapping, row)),
+            "acl": self._acl(mapping, row),
             "text": text,
             "content_type": content_type,
             "collection": collection.render(row, source),
