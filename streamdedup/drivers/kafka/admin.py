@@ -78,7 +78,7 @@ async def ensure_topics(settings: Settings) -> None:
         ]
         if settings.feeds is not None:
             for topic in load_feeds(settings.feeds, settings.event_limits()).topics:
-                if topic in wanted or topic in TopicNames(settings.topic_prefix).all():
+                if topic in wanted:  # every topic of the deployment, its changelogs included
                     raise ConfigurationError(
                         f"the feeds file names {topic}, a topic of the deployment itself; a feed reads a "
                         "connector's topic"
