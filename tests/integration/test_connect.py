@@ -15,6 +15,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -512,7 +513,7 @@ def test_a_table_streamed_by_debezium_is_deduplicated_as_its_contract_events_are
         db.close()
 
 
-INDEX = [os.environ.get("PYTHON", __import__("sys").executable), "-m", "streamdedup.cli", "index", "--into"]
+INDEX = [sys.executable, "-m", "streamdedup.cli", "index", "--into"]
 
 
 def index_rows(into: Path) -> dict[str, Any]:
@@ -523,3 +524,20 @@ def index_rows(into: Path) -> dict[str, Any]:
         return {chunk_id: dataclasses.asdict(row) for chunk_id, row in sink.rows(sink.chunk_ids()).items()}
     finally:
         sink.close()
+
+
+def test_a_feed_cannot_read_a_topic_of_the_deployment_itself(deployment: Deployment, tmp_path: Path) -> None:
+    feeds = feeds_file(tmp_path / "feeds.toml", deployment.names.documents)
+    result = subprocess.run(
+        [sys.executable, "-m", "streamdedup.cli", "worker", "--data-dir", str(tmp_path / "data")],
+        env={**os.environ, **deployment.env, "STREAMDEDUP_FEEDS": str(feeds)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert f"the feeds file names {deployment.names.documents}, a topic of the deployment itself" in " ".join(
+        result.stderr.split()
+    )
