@@ -16,6 +16,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from streamdedup.contract.codec import DEFAULT_LIMITS, EventLimits
+from streamdedup.convert import ConvertLimits
 from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
 from streamdedup.errors import ConfigurationError
 
@@ -106,6 +107,29 @@ class Settings(BaseSettings):
     )
     max_event_string_chars: int = Field(
         DEFAULT_LIMITS.string_chars, ge=1, description="Characters in 'uri', 'title' and 'collection'."
+    )
+    # Documents' bytes (a folder's files, upserts with 'data') turned into text: PDF and Office files in processes
+    # bounded in time and memory (streamdedup.convert).
+    convert_timeout: float = Field(
+        ConvertLimits.timeout,
+        gt=0,
+        description="Seconds one PDF or Office conversion may take; past it, a dead letter.",
+    )
+    convert_memory_mb: int = Field(
+        ConvertLimits.memory_mb,
+        ge=64,
+        description="Megabytes of memory one PDF or Office conversion may allocate.",
+    )
+    convert_max_unpacked_bytes: int = Field(
+        ConvertLimits.max_unpacked_bytes,
+        ge=1024 * 1024,
+        description="Bytes a DOCX, PPTX or XLSX file may unpack to (a zip bomb is refused before it is opened).",
+    )
+    convert_workers: int = Field(
+        ConvertLimits.workers,
+        ge=0,
+        le=64,
+        description="Processes converting PDF and Office files (0: one per core, at most 4).",
     )
     fault_source_id: str | None = Field(
         None, description="Testing only: the source stage raises on every event of this source_id."
@@ -225,6 +249,15 @@ class Settings(BaseSettings):
             acl=self.max_event_acl,
             principal_chars=self.max_event_principal_chars,
             string_chars=self.max_event_string_chars,
+        )
+
+    def convert_limits(self) -> ConvertLimits:
+        """Return the bounds on converting a document's bytes these settings describe."""
+        return ConvertLimits(
+            timeout=self.convert_timeout,
+            memory_mb=self.convert_memory_mb,
+            max_unpacked_bytes=self.convert_max_unpacked_bytes,
+            workers=self.convert_workers,
         )
 
     def engine_params(self) -> EngineParams:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from pathlib import Path
 from types import FrameType
 
@@ -15,6 +15,7 @@ from rich.table import Table
 
 from streamdedup.cli.progress import progress_bar
 from streamdedup.contract.cdc import load_feeds
+from streamdedup.convert.pool import Converter
 from streamdedup.drivers.embedded import RunCounters, Runner
 from streamdedup.drivers.feeds import RunReport, run_feed
 from streamdedup.drivers.folder import FolderFeed
@@ -26,15 +27,18 @@ __all__ = ["run_command", "summary_table"]
 
 
 def input_feed(settings: Settings, source: Path, collection: str | None) -> JsonlFeed | FolderFeed:
-    """Return the feed of INPUT as every command reads it: a JSONL file of events, or a folder of documents."""
+    """Return the feed of INPUT as every command reads it: a JSONL file of events, or a folder of documents;
+    either converts documents' bytes to text with the settings' bounds."""
+    converter = Converter(settings.convert_limits())
     if source.is_dir():
         return FolderFeed(
             source,
             collection or source.resolve().name,
             default_acl=settings.folder_acl,
             limits=settings.event_limits(),
+            converter=converter,
         )
-    return JsonlFeed(source, settings.event_limits())
+    return JsonlFeed(source, settings.event_limits(), converter=converter)
 
 
 def feed_progress(feed: JsonlFeed | FolderFeed) -> ProgressColumn:
@@ -69,19 +73,20 @@ def run_command(
             assert settings.feeds is not None
             decode = load_feeds(settings.feeds, limits).named(feed_name).decode
         report = RunReport()
-        with opened_state(settings, state, out) as (runner, sink):
-            _run_feed(JsonlFeed(source, limits, decode), runner, sink, settings, report, console)
+        feed = JsonlFeed(source, limits, decode, Converter(settings.convert_limits()))
+        with opened_state(settings, state, out) as (runner, sink), closing(feed.converter):
+            _run_feed(feed, runner, sink, settings, report, console)
             counters = runner.counters
     else:
-        feed = input_feed(settings, source, collection)
-        assert isinstance(feed, FolderFeed)
+        folder = input_feed(settings, source, collection)
+        assert isinstance(folder, FolderFeed)
         report = RunReport()
-        with opened_state(settings, state, out) as (runner, sink):
-            feed.load(runner.store.get_meta(feed.meta_key))
-            _run_feed(feed, runner, sink, settings, report, console)
+        with opened_state(settings, state, out) as (runner, sink), closing(folder.converter):
+            folder.load(runner.store.get_meta(folder.meta_key))
+            _run_feed(folder, runner, sink, settings, report, console)
             if watch:
                 console.print(f"watching {source} (Ctrl-C to stop); outputs go to {out}")
-                _watch(feed, runner, sink, settings, report, console)
+                _watch(folder, runner, sink, settings, report, console)
             counters = runner.counters
     console.print(summary_table(report, counters, time.monotonic() - started))
     if out != "-":

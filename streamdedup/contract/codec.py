@@ -17,14 +17,16 @@ streamdedup.errors.InvalidEventError: version: must be an integer >= 0 that fits
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 
+from streamdedup.convert.office import OFFICE_TYPES
 from streamdedup.core.messages import Output
 from streamdedup.core.model import (
     DECISION_KINDS,
@@ -38,6 +40,7 @@ from streamdedup.core.model import (
     UpsertEvent,
     decision_route,
     format_timestamp,
+    parse_timestamp,
 )
 from streamdedup.core.normalize import normalize
 from streamdedup.core.records import DECISION_SCHEMA, decision_value
@@ -96,7 +99,7 @@ class EventLimits:
 DEFAULT_LIMITS = EventLimits()
 
 _FIELDS = {
-    "schema", "op", "source_id", "version", "modified_at", "acl", "text", "chunks",
+    "schema", "op", "source_id", "version", "modified_at", "acl", "text", "chunks", "data",
     "content_type", "collection", "authority", "uri", "title", "metadata",
 }  # fmt: skip
 _DECISION_FIELDS = {
@@ -105,7 +108,6 @@ _DECISION_FIELDS = {
 _FLAG_REASONS = ("fact_conflict", "acl_boundary", "semantic")
 _CONTENT_HASH = re.compile(r"[0-9a-f]{64}", re.ASCII)
 _CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
-_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
 # A JSON string (escapes included) or a bracket: what the depth check must tell apart.
 # The closing quote is optional, so that an unterminated string is consumed once rather than rescanned from every
 # escape inside it (which takes quadratic time).
@@ -114,23 +116,6 @@ _OPENERS = frozenset(b"[{")
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
 _decoder = msgspec.json.Decoder()
 _encoder = msgspec.json.Encoder()
-
-
-def parse_timestamp(value: str) -> int:
-    """Return an RFC 3339 timestamp as microseconds since the epoch; raise ValueError if it is not one."""
-    match = _RFC3339.fullmatch(value)
-    if match is None:
-        raise ValueError("not an RFC 3339 timestamp with a time zone")
-    date, clock, fraction, zone = match.groups()
-    fraction = (fraction or ".0")[:7]
-    zone = "+00:00" if zone in ("Z", "z") else zone
-    moment = datetime.fromisoformat(f"{date}T{clock}{fraction.ljust(7, '0')}{zone}")
-    try:
-        moment = moment.astimezone(timezone.utc)
-    except OverflowError as exc:  # 9999-12-31T23:00:00-02:00 is after the last representable moment
-        raise ValueError("out of the range of representable times") from exc
-    delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def _string(data: dict[str, Any], name: str, *, required: bool, max_length: int | None = None) -> str | None:
@@ -221,6 +206,16 @@ def _metadata(value: Any, limits: EventLimits) -> dict[str, Any] | None:
     return value
 
 
+def _data(value: Any) -> bytes:
+    """A document's bytes, from the base64 text (RFC 4648, standard alphabet, padded) an upsert carries."""
+    if not isinstance(value, str):
+        raise InvalidEventError(f"must be base64 text, not {type(value).__name__}", field="data")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidEventError(f"not base64 ({exc})", field="data") from exc
+
+
 def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLimits) -> UpsertEvent:
     raw_time = _string(data, "modified_at", required=True)
     assert raw_time is not None
@@ -228,14 +223,15 @@ def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLim
         modified_at = parse_timestamp(raw_time)
     except ValueError as exc:
         raise InvalidEventError(str(exc), field="modified_at") from exc
-    text, chunks = data.get("text"), data.get("chunks")
-    if (text is None) == (chunks is None):
-        raise InvalidEventError("an upsert needs exactly one of 'text' and 'chunks'", field="text")
+    text, chunks, raw = data.get("text"), data.get("chunks"), data.get("data")
+    if sum(value is not None for value in (text, chunks, raw)) != 1:
+        raise InvalidEventError("an upsert needs exactly one of 'text', 'chunks' and 'data'", field="text")
     if text is not None and not isinstance(text, str):
         raise InvalidEventError(f"must be a string, not {type(text).__name__}", field="text")
     content_type = data.get("content_type", "text/plain")
-    if content_type not in _CONTENT_TYPES:
-        raise InvalidEventError(f"must be one of {', '.join(_CONTENT_TYPES)}", field="content_type")
+    allowed = _CONTENT_TYPES + OFFICE_TYPES if raw is not None else _CONTENT_TYPES
+    if content_type not in allowed:
+        raise InvalidEventError(f"must be one of {', '.join(allowed)}", field="content_type")
     parts = _chunks(chunks, limits) if chunks is not None else None
     attrs = SourceAttrs(
         acl=_acl(data, limits),
@@ -251,6 +247,7 @@ def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLim
         attrs=attrs,
         text=text,
         chunks=parts,
+        data=_data(raw) if raw is not None else None,
         content_type=content_type,
         collection=_no_control_characters(
             _string(data, "collection", required=False, max_length=limits.string_chars) or "default",
@@ -438,6 +435,8 @@ def encode_event(event: InputEvent) -> bytes:
         data.update(op="upsert", modified_at=format_timestamp(attrs.modified_at), acl=list(attrs.acl))
         if event.chunks is not None:
             data["chunks"] = list(event.chunks)
+        elif event.data is not None:
+            data["data"] = base64.b64encode(event.data).decode("ascii")
         else:
             data["text"] = event.text
         data.update(content_type=event.content_type, collection=event.collection, authority=attrs.authority)

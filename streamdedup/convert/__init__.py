@@ -12,7 +12,7 @@ from typing import Any
 
 from streamdedup.errors import InvalidEventError
 
-__all__ = ["ConversionError", "Converted"]
+__all__ = ["ConversionError", "ConvertLimits", "Converted"]
 
 
 class ConversionError(InvalidEventError):
@@ -29,3 +29,17 @@ class Converted:
     text: str
     content_type: str
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConvertLimits:
+    """Bounds on one conversion; ``Settings`` exposes each as ``STREAMDEDUP_CONVERT_<NAME>``."""
+
+    #: Seconds one PDF or Office conversion may take.
+    timeout: float = 60.0
+    #: Megabytes of memory a conversion process may allocate.
+    memory_mb: int = 1024
+    #: Bytes a zipped Office file may unpack to.
+    max_unpacked_bytes: int = 256 * 1024 * 1024
+    #: Conversion processes (0: one per core, at most 4).
+    workers: int = 0

@@ -3,7 +3,7 @@
 A chunk is one block of the document (a paragraph, list, table or code block), with a heading attached to the
 block that follows it. Chunks never pack several paragraphs together, so editing one paragraph changes only its
 own chunk: every other chunk keeps its text and content hash. A block longer than the maximum is split at
-sentence ends (lines, for code) into pieces of at most that size. Pre-chunked input never comes here.
+sentence ends (lines, for code; rows, for a table) into pieces of at most that size. Pre-chunked input never comes here.
 
 >>> [c.plain for c in chunk_document("Intro\\n\\nFirst paragraph.\\n\\nSecond one.", "text/plain", max_chars=500)]
 ['Intro\\nFirst paragraph.', 'Second one.']
@@ -40,10 +40,11 @@ def _heading_like(plain: str) -> bool:
 
 
 def _split(plain: str, kind: str, max_chars: int) -> list[str]:
-    units = plain.split("\n") if kind == "code" else _SENTENCE_END.split(plain)
+    by_line = kind in ("code", "table")  # a table is cut between rows, as code is between lines
+    units = plain.split("\n") if by_line else _SENTENCE_END.split(plain)
     pieces: list[str] = []
     current = ""
-    joiner = "\n" if kind == "code" else " "
+    joiner = "\n" if by_line else " "
     for whole in units:
         unit = whole
         while len(unit) > max_chars:  # a single sentence or line beyond the limit is cut hard

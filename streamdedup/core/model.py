@@ -6,6 +6,7 @@ These are frozen msgspec structs: typed, slotted, and encodable to JSON or Messa
 from __future__ import annotations
 
 import functools
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
@@ -27,13 +28,23 @@ __all__ = [
     "covered",
     "decision_route",
     "format_timestamp",
+    "parse_timestamp",
     "union_readers",
 ]
 
 #: The principal that stands for every reader.
 EVERYONE = "*"
 
-ContentType = Literal["text/plain", "text/markdown", "text/html"]
+ContentType = Literal[
+    "text/plain",
+    "text/markdown",
+    "text/html",
+    # A document's bytes (``data``) only; the drivers convert them to text before the engine sees them.
+    "application/pdf",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+]
 
 
 class SourceAttrs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -50,13 +61,15 @@ class SourceAttrs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
 
 
 class UpsertEvent(msgspec.Struct, frozen=True, kw_only=True, tag="upsert", tag_field="op"):
-    """A new version of a source document, as text to chunk or as chunks."""
+    """A new version of a source document, as text to chunk or as chunks; or as the bytes of a file (``data``),
+    which the drivers turn into text (:mod:`streamdedup.convert`) before the engine sees the event."""
 
     source_id: str
     version: int
     attrs: SourceAttrs
     text: str | None = None
     chunks: tuple[str, ...] | None = None
+    data: bytes | None = None
     content_type: ContentType = "text/plain"
     collection: str = "default"
 
@@ -172,3 +185,23 @@ def format_timestamp(micros: int) -> str:
     if moment.microsecond:
         text += f".{moment.microsecond:06d}".rstrip("0")
     return text + "Z"
+
+
+_RFC3339 = re.compile(r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
+
+
+def parse_timestamp(value: str) -> int:
+    """Return an RFC 3339 timestamp as microseconds since the epoch; raise ValueError if it is not one."""
+    match = _RFC3339.fullmatch(value)
+    if match is None:
+        raise ValueError("not an RFC 3339 timestamp with a time zone")
+    date, clock, fraction, zone = match.groups()
+    fraction = (fraction or ".0")[:7]
+    zone = "+00:00" if zone in ("Z", "z") else zone
+    moment = datetime.fromisoformat(f"{date}T{clock}{fraction.ljust(7, '0')}{zone}")
+    try:
+        moment = moment.astimezone(timezone.utc)
+    except OverflowError as exc:  # 9999-12-31T23:00:00-02:00 is after the last representable moment
+        raise ValueError("out of the range of representable times") from exc
+    delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

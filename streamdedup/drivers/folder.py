@@ -2,7 +2,10 @@
 
 - source_id: the file's path relative to the folder, with ``/`` separators;
 - content type: from the extension (``.md``/``.markdown`` Markdown, ``.html``/``.htm`` HTML, ``.txt``, ``.text`` and
-  ``.rst`` plain text; other files are not sources);
+  ``.rst`` plain text; ``.pdf``, ``.docx``, ``.pptx`` and ``.xlsx`` converted to text with the ``office`` extra;
+  other files are not sources). A text file's encoding is detected (:mod:`streamdedup.convert.text`);
+- text: the file's bytes go into the upsert's ``data`` and are converted as any such upsert is
+  (:mod:`streamdedup.convert`); a file that cannot be is a dead letter naming the file and the reason;
 - version: the file's modification time in nanoseconds (raised past the last one seen if the clock went back);
 - ACL: from a sidecar ``<file>.acl.json`` (a list of principals, or ``{"acl": [...], "authority": n}``), else the
   default ACL from the settings.
@@ -14,6 +17,7 @@ With ``--watch`` the runner calls it again after every change watchfiles reports
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -29,8 +33,12 @@ from streamdedup.contract.codec import (
     event_from_data,
     parse_json,
 )
+from streamdedup.convert import ConversionError
+from streamdedup.convert.events import converted_in_order
+from streamdedup.convert.office import EXTENSIONS
+from streamdedup.convert.pool import Converter
 from streamdedup.core.messages import Output
-from streamdedup.core.model import DeleteEvent, InputEvent, format_timestamp
+from streamdedup.core.model import DeleteEvent, InputEvent, UpsertEvent, format_timestamp
 from streamdedup.drivers.embedded import Origin
 from streamdedup.drivers.feeds import FeedItem
 from streamdedup.errors import InvalidEventError
@@ -45,8 +53,11 @@ CONTENT_TYPES = {
     ".txt": "text/plain",
     ".text": "text/plain",
     ".rst": "text/plain",
+    **EXTENSIONS,
 }
 SIDECAR_SUFFIX = ".acl.json"
+#: ``(source_id, version or None if deleted, event or dead letter)``
+Item = tuple[str, int | None, InputEvent | Output]
 
 
 @dataclass
@@ -57,6 +68,7 @@ class FolderFeed:
     collection: str
     default_acl: tuple[str, ...] = ("*",)
     limits: EventLimits = DEFAULT_LIMITS
+    converter: Converter = field(default_factory=Converter)
     known: dict[str, int] = field(default_factory=dict)  # source_id -> last version sent
 
     @property
@@ -112,10 +124,7 @@ class FolderFeed:
                 raise InvalidEventError(
                     f"file of {size} bytes exceeds the limit of {self.limits.bytes} bytes"
                 )
-            try:
-                text = path.read_bytes().decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InvalidEventError(f"not UTF-8 text: {exc}") from exc
+            content = path.read_bytes()
             acl, authority = self._sidecar(path)
             data = {
                 "schema": DOCUMENT_SCHEMA,
@@ -125,7 +134,7 @@ class FolderFeed:
                 "modified_at": format_timestamp(path.stat().st_mtime_ns // 1000),
                 "acl": acl,
                 "authority": authority,
-                "text": text,
+                "data": base64.b64encode(content).decode("ascii"),
                 "content_type": CONTENT_TYPES[path.suffix.lower()],
                 "collection": self.collection,
                 "uri": path.resolve().as_uri(),
@@ -135,13 +144,26 @@ class FolderFeed:
             error = exc if isinstance(exc, InvalidEventError) else InvalidEventError(str(exc))
             return dead_letter(b"", error, {"file": str(path), "source_id": source_id})
 
-    def sync(self) -> list[tuple[str, int | None, InputEvent | Output]]:
-        """Return ``(source_id, version or None if deleted, event or dead letter)`` that bring the state in step.
+    def _converted(self, items: list[Item]) -> Iterator[Item]:
+        """The items with each file's bytes converted to text, in order (dead letters naming the file)."""
+
+        def replace(item: Item, result: UpsertEvent | ConversionError) -> Item:
+            source_id, version, _ = item
+            if isinstance(result, ConversionError):
+                where = {"file": str(self.root / source_id), "source_id": source_id}
+                return source_id, version, dead_letter(b"", result, where)
+            return source_id, version, result
+
+        return converted_in_order(items, lambda item: item[2], replace, self.converter, self.limits.bytes)
+
+    def sync(self) -> list[Item]:
+        """Return ``(source_id, version or None if deleted, event or dead letter)`` that bring the state in step;
+        a file's upsert holds its bytes, which :meth:`open` converts.
 
         Nothing is marked as seen here: :meth:`seen` does that for each batch the runner commits, so a crash
         between batches sends the rest again.
         """
-        items: list[tuple[str, int | None, InputEvent | Output]] = []
+        items: list[Item] = []
         files = self._files()
         for source_id, path in files.items():
             try:
@@ -159,7 +181,7 @@ class FolderFeed:
             items.append((source_id, None, DeleteEvent(source_id=source_id, version=version)))
         return items
 
-    def seen(self, items: list[tuple[str, int | None, InputEvent | Output]]) -> None:
+    def seen(self, items: list[Item]) -> None:
         """Record that these items were processed."""
         for source_id, version, _ in items:
             if version is None:
@@ -174,7 +196,7 @@ class FolderFeed:
             FeedItem(
                 item, Origin(None, {"file": str(self.root / source_id)}), done, (source_id, version, item)
             )
-            for done, (source_id, version, item) in enumerate(items, start=1)
+            for done, (source_id, version, item) in enumerate(self._converted(items), start=1)
         )
 
     def consumed(self, items: Sequence[FeedItem]) -> dict[str, bytes]:

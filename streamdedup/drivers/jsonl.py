@@ -16,9 +16,12 @@ from streamdedup.contract.codec import (
     decode_event,
     encode_output_lines,
 )
+from streamdedup.convert import ConversionError
+from streamdedup.convert.events import converted_in_order
+from streamdedup.convert.pool import Converter
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
-from streamdedup.core.model import InputEvent
+from streamdedup.core.model import InputEvent, UpsertEvent
 from streamdedup.drivers.embedded import EmbeddedRunner, Origin, Runner
 from streamdedup.drivers.feeds import FeedItem
 from streamdedup.errors import ConfigurationError, InvalidEventError, StateError
@@ -151,17 +154,38 @@ class JsonlFeed:
         path: Path,
         limits: EventLimits = DEFAULT_LIMITS,
         decode: Callable[[bytes], InputEvent | None] | None = None,
+        converter: Converter | None = None,
     ) -> None:
         self.path, self.limits, self.decode = path, limits, decode
+        self.converter = converter or Converter()
 
     def open(self) -> tuple[int, Iterator[FeedItem]]:
-        """Return the file's size and an item per non-blank line."""
-        lines = read_events(self.path, self.limits, self.decode)
+        """Return the file's size and an item per non-blank line; an upsert of a document's bytes is converted
+        to text (:mod:`streamdedup.convert`), several at once, and stays in its place."""
+        lines = converted_in_order(
+            read_events(self.path, self.limits, self.decode),
+            lambda line: line.item,
+            _with_result,
+            self.converter,
+            self.limits.bytes,
+        )
         return self.path.stat().st_size, (FeedItem(line.item, line.origin, line.done) for line in lines)
 
     def consumed(self, items: Sequence[FeedItem]) -> dict[str, bytes]:
         """A file has no position kept in the state: a new run reads it from the start."""
         return {}
+
+
+def _with_result(line: Line, result: UpsertEvent | ConversionError) -> Line:
+    """The line with its converted upsert, or with the dead letter of its conversion's error."""
+    if isinstance(result, ConversionError):
+        return Line(
+            line.number,
+            line.done,
+            dead_letter(line.origin.raw or b"", result, line.origin.where),
+            line.origin,
+        )
+    return Line(line.number, line.done, result, line.origin)
 
 
 def _open_runner(settings: Settings, state: Path) -> tuple[Runner, Callable[[], None]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import os
 import signal
 import subprocess
@@ -40,7 +41,7 @@ def test_a_folder_run_maps_every_text_file_and_follows_deletions(tmp_path):
     (docs / "notes.txt.acl.json").write_text(json.dumps({"acl": ["ops"], "authority": 2}))
     (docs / "image.png").write_bytes(b"\x89PNG")
     (docs / ".hidden.md").write_text("secret")
-    (docs / "broken.txt").write_bytes(b"\xff\xfe not utf-8")
+    (docs / "broken.txt").write_bytes(random.Random(7).randbytes(2000))  # no encoding explains these bytes
     state, out = tmp_path / "state", tmp_path / "out.jsonl"
 
     result = run(docs, state, out)
@@ -53,7 +54,7 @@ def test_a_folder_run_maps_every_text_file_and_follows_deletions(tmp_path):
     (letter,) = [
         json.loads(line)["value"] for line in out.read_text().splitlines() if '"topic":"dlq"' in line
     ]
-    assert letter["error"].startswith("not UTF-8") and letter["origin"]["source_id"] == "broken.txt"
+    assert letter["error"].startswith("data: not text") and letter["origin"]["source_id"] == "broken.txt"
 
     # Nothing changed: a second run sends nothing. Then a deletion is noticed on the next run.
     lines = len(out.read_text().splitlines())

@@ -37,6 +37,7 @@ from streamdedup.core.stages.source_mappings import (
 )
 from streamdedup.core.state import BoilerplateSnapshot, DecisionRecord, SourceRecord, unpack_lines
 from streamdedup.core.tables import PartitionState, Table
+from streamdedup.errors import InvalidEventError
 
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
@@ -251,6 +252,11 @@ class SourceStage:
         out: list[Message | Output],
     ) -> None:
         """Chunk a new version, report its lines, and tell the contents of either version what it holds."""
+        if event.data is not None:
+            raise InvalidEventError(
+                "a document's bytes reach the engine unconverted; drivers convert them first (streamdedup.convert)",
+                field="data",
+            )
         snapshot = snapshots.get(_SNAPSHOT_PREFIX + event.collection)
         known = snapshot.lines if snapshot is not None and snapshot.lines else None
         # The text's blocks, parsed once for its chunks and its lines.

@@ -47,21 +47,21 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
 
 from streamdedup.contract.cdc import FeedDecoder, load_feeds
-from streamdedup.contract.codec import decode_event, encode_for_dead_letter, event_key
+from streamdedup.contract.codec import encode_for_dead_letter, event_key
+from streamdedup.convert.pool import Converter
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message
 from streamdedup.core.model import InputEvent
 from streamdedup.core.output_view import OUTPUT_TOPICS
-from streamdedup.core.partitioning import partition_for
 from streamdedup.drivers.collector import collector_paused
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
 from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
+from streamdedup.drivers.kafka.ingest import Ingest
 from streamdedup.drivers.kafka.metrics import Metrics
 from streamdedup.drivers.kafka.offsets import CommittedOffsets
-from streamdedup.drivers.kafka.outbox import Outbox
 from streamdedup.drivers.kafka.partitions import PartitionStore, PartitionStores, recover
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
-from streamdedup.errors import InvalidEventError, StateError
+from streamdedup.errors import StateError
 from streamdedup.settings import Settings
 from streamdedup.store.base import Transaction
 
@@ -90,7 +90,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.worker.assign(assigned)
 
 
-class StageWorker(Outbox, CommittedOffsets, mode.Service):
+class StageWorker(Ingest, CommittedOffsets, mode.Service):
     """Consume, apply and deliver, with state in one partition store per assigned stage partition."""
 
     def __init__(
@@ -115,6 +115,7 @@ class StageWorker(Outbox, CommittedOffsets, mode.Service):
             self.names.documents: None,
             **({topic: feeds.for_topic(topic) for topic in feeds.topics} if feeds else {}),
         }
+        self.converter = Converter(settings.convert_limits())
         self.faults = FaultPoints(settings.fault_kill_at)
         self._stage_of = {self.names.stage(stage): stage for stage in STAGES}
         self._output_topics = {topic: self.names.output(topic) for topic in OUTPUT_TOPICS}
@@ -196,6 +197,7 @@ class StageWorker(Outbox, CommittedOffsets, mode.Service):
             await self._restore.stop()
         if self._producer is not None:
             await self._producer.stop()
+        self.converter.close()
 
     @mode.Service.task
     async def _run(self) -> None:
@@ -314,7 +316,7 @@ class StageWorker(Outbox, CommittedOffsets, mode.Service):
             if not records:
                 continue
             if tp.topic in self.inputs:
-                calls.append(self._ingest(tp, records, self.inputs[tp.topic]))
+                calls.append(self.ingest(tp, records, self.inputs[tp.topic]))
                 continue
             store = self.stores.partitions.get((self._stage_of[tp.topic], tp.partition))
             if store is None:
@@ -325,35 +327,6 @@ class StageWorker(Outbox, CommittedOffsets, mode.Service):
         for tp, records in fetched.items():
             if records and tp not in self._held:  # held input is not done: a restart must read it again
                 self._done[tp] = max(self._done.get(tp, 0), records[-1].offset + 1)
-
-    async def _ingest(self, tp: TopicPartition, records: Sequence[Any], feed: FeedDecoder | None) -> None:
-        """Validate input events (a feed's change events: map them) and pass the valid ones to the source stage,
-        one batch per partition; a feed's tombstones map to nothing (:mod:`streamdedup.contract.cdc`)."""
-        started = time.monotonic()
-        now = time.time()
-        sends = self._sends()
-        routed: dict[int, list[Message]] = {}
-        for record in records:
-            self.metrics.event_age_seconds.observe(max(0.0, now - record.timestamp / 1000))
-            try:
-                parsed = (
-                    decode_event(record.value if record.value is not None else b"", self.limits)
-                    if feed is None
-                    else feed.decode(record.value, record.key)
-                )
-            except InvalidEventError as exc:
-                self._dead_letter(sends, tp, record, str(exc), "invalid", record.value, record.key)
-                continue
-            if parsed is None:
-                continue
-            routed.setdefault(partition_for(parsed.source_id, self.settings.partitions), []).append(parsed)
-        topic = self.names.stage("source")
-        for partition, batch in routed.items():
-            for data in encode_batches(batch, max_bytes=self.settings.max_batch_bytes):
-                sends.add(topic, partition, None, data)
-        await sends.send()
-        self.metrics.events_in.inc(len(records))
-        self.metrics.batch_seconds.labels("ingest").observe(time.monotonic() - started)
 
     async def _stage_call(self, store: PartitionStore, tp: TopicPartition, records: Sequence[Any]) -> None:
         """Apply one partition's new records as one call; after a crash cut a call that delivered short, first
