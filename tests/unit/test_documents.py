@@ -1,5 +1,6 @@
 """A file share as it is: PDF, DOCX, PPTX and XLSX files and legacy encodings, run as a folder and as upserts of
-their bytes (streamdedup.convert). The documents are written by the tests (streamdedup.testing.office)."""
+their bytes (streamdedup.convert). The documents are written by the tests
+(streamdedup.testing.policy_files, share_files and hostile_files)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.output_view import View
 from streamdedup.drivers.folder import FolderFeed
 from streamdedup.errors import InvalidEventError
-from streamdedup.testing.office import Corpus, write_corpus, write_hostile, write_policies
+from streamdedup.testing.hostile_files import write_hostile
+from streamdedup.testing.policy_files import write_policies
+from streamdedup.testing.share_files import Corpus, write_corpus
 
 UNPACKED = 256 * 1024 * 1024
 

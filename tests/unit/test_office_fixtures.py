@@ -1,4 +1,5 @@
-"""The generated PDF and Office documents are what streamdedup.testing.office says they are.
+"""The generated PDF and Office documents are what streamdedup.testing.policy_files, share_files and hostile_files
+say they are.
 
 Each file is opened back with the library a converter would read it with (python-docx, python-pptx, openpyxl,
 pdfminer.six), and its text is compared with the expectations the generator returns.
@@ -25,18 +26,9 @@ from pdfminer.psexceptions import PSException
 from streamdedup.core.facts import fact_tokens
 from streamdedup.core.normalize import normalize
 from streamdedup.core.shingles import jaccard
-from streamdedup.testing.office import (
-    BOMB_BYTE,
-    POLICY_HEADER,
-    SIGNATURE,
-    Corpus,
-    crc32_of_repeats,
-    policy_blocks,
-    write_corpus,
-    write_hostile,
-    write_policies,
-    write_zip_bomb,
-)
+from streamdedup.testing.hostile_files import BOMB_BYTE, crc32_of_repeats, write_hostile, write_zip_bomb
+from streamdedup.testing.policy_files import POLICY_HEADER, SIGNATURE, policy_blocks, write_policies
+from streamdedup.testing.share_files import Corpus, write_corpus
 
 
 @pytest.fixture(scope="module")
