@@ -18,7 +18,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 COPY constraints.txt ./
 COPY --from=build /wheels /wheels
-RUN pip install -c constraints.txt /wheels/*.whl && rm -rf /wheels && useradd --system --uid 10001 --home /data streamdedup \
+# The office extra: upserts that carry a PDF or Office file's bytes are converted to text (docs/documents.md).
+RUN pip install -c constraints.txt "$(ls /wheels/*.whl)[office]" && rm -rf /wheels && useradd --system --uid 10001 --home /data streamdedup \
     && mkdir -p /data && chown streamdedup /data
 USER streamdedup
 ENV STREAMDEDUP_DATA_DIR=/data STREAMDEDUP_WEB_HOST=0.0.0.0 STREAMDEDUP_WEB_PORT=6066

@@ -1,61 +1,78 @@
 """Conversions bounded in time and memory, in processes of their own (Pebble's process pool).
 
 A text file is decoded in the calling process: it takes time in proportion to its size, which the event bound
-limits. A PDF or an Office file is converted in a pool process whose address space is capped
-(``RLIMIT_AS``, ``STREAMDEDUP_CONVERT_MEMORY_MB`` past what the process holds when it starts) and whose task is
-cancelled, and the process replaced, once it runs past ``STREAMDEDUP_CONVERT_TIMEOUT`` seconds. Whatever goes
-wrong (a corrupt file, a zip bomb, the bound reached, the process killed) comes back as a
+limits. A PDF or an Office file is converted in a pool process. While it converts, the process's address space is
+capped (``RLIMIT_AS``) at what it holds plus ``STREAMDEDUP_CONVERT_MEMORY_MB``; a task that runs past
+``STREAMDEDUP_CONVERT_TIMEOUT`` seconds is cancelled and its process replaced. The worker hands the pool one task
+per process at a time, so each starts when handed over, and it waits at most the time bound plus :data:`GRACE`:
+a task the pool lost (its process died before it reported the task started) is given up and the pool replaced.
+Whatever goes wrong (a corrupt file, a zip bomb, a bound reached, the process killed) comes back as a
 :class:`~streamdedup.convert.ConversionError` naming the reason, which the drivers dead-letter; nothing of it
-stalls or brings down the caller. The pool's processes are started from a fork server (not forked from the
-worker with its threads), when the first such file arrives.
+stalls or brings down the caller. Each conversion runs in a process of its own, forked from a fork server (not
+from the worker with its threads) that holds the converters' libraries, started when the first such file arrives.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import logging
 import multiprocessing
 import os
-import sys
+import resource
+from collections.abc import Iterator
 from concurrent.futures import Future, TimeoutError
+from contextlib import contextmanager
 from typing import Any
 
 from streamdedup.convert import ConversionError, Converted, ConvertLimits
 from streamdedup.convert.office import OFFICE_TYPES, convert_office, missing_extra
 from streamdedup.convert.text import decode_text
 
-__all__ = ["TEXT_TYPES", "Converter", "convertible"]
+__all__ = ["TEXT_TYPES", "Converter"]
+
+logger = logging.getLogger(__name__)
 
 TEXT_TYPES = ("text/plain", "text/markdown", "text/html")
 
 
-def convertible(content_type: str) -> bool:
-    """Whether a document's bytes of this content type can be turned into text (with the office extra)."""
-    return content_type in TEXT_TYPES or content_type in OFFICE_TYPES
+#: What the fork server imports once, so that a conversion's process starts with it.
+_PRELOAD = ["streamdedup.convert.office", "pdfminer.high_level", "mammoth", "pptx", "openpyxl"]
+#: The exit code of a pool process whose conversion reached the memory bound.
+MEMORY_EXIT = 75
+#: Seconds a caller waits for a conversion beyond its time bound before it gives the task up and replaces the
+#: pool's processes (a process that died before it reported the task started leaves it pending for ever).
+GRACE = 30.0
 
 
-def _limit_memory(megabytes: int) -> None:
-    """Cap this process's address space at what it holds now plus ``megabytes`` (Linux and other POSIX)."""
+@contextmanager
+def _memory_cap(megabytes: int) -> Iterator[None]:
+    """Cap this process's address space at what it holds now plus ``megabytes`` while the block runs (Linux)."""
     try:
-        import resource
-
         with open("/proc/self/statm") as statm:
             held = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         cap = held + megabytes * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (cap if hard < 0 else min(cap, hard), hard))
-    except (ImportError, OSError, ValueError):  # pragma: no cover - no /proc or no rlimits: time bound only
-        pass
-
-
-def _convert_in_child(data: bytes, content_type: str, max_unpacked: int) -> Converted | str:
-    """Run in a pool process: the converted document, or the reason it could not be converted."""
+    except (OSError, ValueError):  # pragma: no cover - no /proc or no rlimits: the time bound only
+        yield
+        return
     try:
-        return convert_office(data, content_type, max_unpacked=max_unpacked)
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _convert_in_child(data: bytes, content_type: str, max_unpacked: int, megabytes: int) -> Converted | str:
+    """Run in a pool process: the converted document, or the reason it could not be converted. The memory bound
+    holds for the conversion alone, so that what the process keeps between tasks never counts against it."""
+    try:
+        with _memory_cap(megabytes):
+            return convert_office(data, content_type, max_unpacked=max_unpacked)
     except ConversionError as exc:
         return str(exc).removeprefix("data: ")
     except MemoryError:
-        return "memory"
+        os._exit(MEMORY_EXIT)  # the exit code tells the reason: a result may not fit in what memory is left
 
 
 class Converter:
@@ -64,20 +81,19 @@ class Converter:
     def __init__(self, limits: ConvertLimits | None = None) -> None:
         self.limits = limits or ConvertLimits()
         self._pool: Any = None
+        self._warned: set[str] = set()
+        self._slots: asyncio.Semaphore | None = None
 
     def _start(self) -> Any:
         if self._pool is None:
             from pebble import ProcessPool
 
-            workers = self.limits.workers or min(4, os.cpu_count() or 1)
-            context = multiprocessing.get_context("forkserver" if sys.platform != "win32" else "spawn")
-            self._pool = ProcessPool(
-                max_workers=workers,
-                max_tasks=100,
-                initializer=_limit_memory,
-                initargs=(self.limits.memory_mb,),
-                context=context,
-            )
+            context = multiprocessing.get_context("forkserver")
+            # Each conversion in a fresh process (max_tasks=1), forked from a server that has the converters'
+            # libraries loaded: nothing a failed conversion left behind (a library's C code cut short by the
+            # memory bound) meets the next one, and each returns its memory when it ends.
+            context.set_forkserver_preload(_PRELOAD)
+            self._pool = ProcessPool(max_workers=self._workers(), max_tasks=1, context=context)
             atexit.register(self.close)
         return self._pool
 
@@ -96,11 +112,16 @@ class Converter:
             return future
         missing = missing_extra(content_type)
         if missing is not None:
+            if (
+                content_type not in self._warned
+            ):  # once per format: every such file is a dead letter saying so
+                self._warned.add(content_type)
+                logger.warning("%s; until then each one is a dead letter", missing)
             future.set_result(missing)
             return future
         scheduled: Future[Any] = self._start().schedule(
             _convert_in_child,
-            args=(data, content_type, self.limits.max_unpacked_bytes),
+            args=(data, content_type, self.limits.max_unpacked_bytes, self.limits.memory_mb),
             timeout=self.limits.timeout,
         )
         return scheduled
@@ -110,23 +131,27 @@ class Converter:
         from pebble import ProcessExpired
 
         try:
-            value = future.result()
+            value = future.result(timeout=self.limits.timeout + GRACE)
         except TimeoutError as exc:
+            if not future.done():  # never started: its process died; start afresh
+                future.cancel()
+                self.close()
+                raise ConversionError(
+                    f"the conversion did not finish within {self.limits.timeout + GRACE:g} s; the conversion"
+                    " processes were replaced"
+                ) from exc
             raise ConversionError(
                 f"the conversion ran past {self.limits.timeout:g} s (STREAMDEDUP_CONVERT_TIMEOUT)"
             ) from exc
         except ProcessExpired as exc:
-            raise ConversionError(
-                f"the conversion process died (exit code {exc.exitcode}), past the memory bound of"
-                f" {self.limits.memory_mb} MB (STREAMDEDUP_CONVERT_MEMORY_MB) or killed"
-            ) from exc
+            if exc.exitcode == MEMORY_EXIT:
+                raise ConversionError(
+                    f"the conversion ran past the memory bound of {self.limits.memory_mb} MB"
+                    " (STREAMDEDUP_CONVERT_MEMORY_MB)"
+                ) from exc
+            raise ConversionError(f"the conversion process died (exit code {exc.exitcode})") from exc
         except Exception as exc:
             raise ConversionError(f"the conversion failed ({type(exc).__name__}: {exc})") from exc
-        if value == "memory":
-            raise ConversionError(
-                f"the conversion ran past the memory bound of {self.limits.memory_mb} MB"
-                " (STREAMDEDUP_CONVERT_MEMORY_MB)"
-            )
         if isinstance(value, str):
             raise ConversionError(value)
         assert isinstance(value, Converted)
@@ -138,10 +163,21 @@ class Converter:
 
     async def convert_async(self, data: bytes, content_type: str) -> Converted:
         """Convert a document's bytes without blocking the event loop."""
-        future = self.submit(data, content_type)
-        if not future.done():
-            await asyncio.wait([asyncio.wrap_future(future)])  # its outcome, an error too, is read below
+        async with self._running():
+            future = self.submit(data, content_type)
+            if not future.done():  # its outcome, an error too, is read below
+                await asyncio.wait([asyncio.wrap_future(future)], timeout=self.limits.timeout + GRACE)
         return self.result(future)
+
+    def _running(self) -> asyncio.Semaphore:
+        """At most one conversion per process is handed to the pool at a time, so that each starts when handed
+        over and the wait above bounds it."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self._workers())
+        return self._slots
+
+    def _workers(self) -> int:
+        return self.limits.workers or min(4, os.cpu_count() or 1)
 
     def close(self) -> None:
         """Stop the pool's processes, if any started."""

@@ -30,6 +30,7 @@ __all__ = [
     "Hostile",
     "ZipBomb",
     "crc32_of_repeats",
+    "pdf_bomb",
     "write_hostile",
     "write_zip_bomb",
 ]
@@ -209,6 +210,27 @@ def write_zip_bomb(path: Path, *, mebibytes: int = 2048, declared_size: int | No
 
 # ---------------------------------------------------------------------------------------------------------------
 # Hostile files
+
+
+def pdf_bomb(mebibytes: int) -> bytes:
+    """A one-page PDF whose content stream inflates to ``mebibytes`` MiB of zeros (about a thousandth of that)."""
+    deflate = zlib.compressobj(9)
+    zeros = bytes(1 << 20)
+    stream = b"".join(deflate.compress(zeros) for _ in range(mebibytes)) + deflate.flush()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 5\n0000000000 65535 f \n" + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size 5 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref
+    return bytes(out)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ __all__ = [
     "Policy",
     "PolicyVersion",
     "canonical_zip",
+    "fix_properties",
     "policy_blocks",
     "render_policy_pdf",
     "write_policies",
@@ -266,6 +267,18 @@ def canonical_zip(data: bytes, path: Path) -> None:
             target.writestr(info, content)
 
 
+def fix_properties(properties: Any, title: str, author: str) -> None:
+    """Give an Office file's core properties fixed values, so that two runs write the same bytes."""
+    properties.title = title
+    properties.author = author
+    properties.last_modified_by = author
+    properties.comments = ""
+    properties.revision = 1
+    properties.created = DOC_TIME
+    properties.modified = DOC_TIME
+    properties.last_printed = DOC_TIME
+
+
 def write_policy_docx(blocks: Sequence[Block], path: Path, *, title: str = _TITLE) -> Path:
     """Write ``blocks`` as a Word document with real heading styles, the running header and footer; return path."""
     document = docx.Document()
@@ -277,15 +290,7 @@ def write_policy_docx(blocks: Sequence[Block], path: Path, *, title: str = _TITL
     section = document.sections[0]
     section.header.paragraphs[0].text = POLICY_HEADER
     section.footer.paragraphs[0].text = DOCX_FOOTER
-    properties = document.core_properties
-    properties.title = title
-    properties.author = "ACME Finance"
-    properties.last_modified_by = "ACME Finance"
-    properties.comments = ""
-    properties.revision = 1
-    properties.created = DOC_TIME
-    properties.modified = DOC_TIME
-    properties.last_printed = DOC_TIME
+    fix_properties(document.core_properties, title, "ACME Finance")
     buffer = io.BytesIO()
     document.save(buffer)
     canonical_zip(buffer.getvalue(), path)

@@ -39,7 +39,7 @@ from openpyxl.writer.excel import ExcelWriter
 from pptx import Presentation
 from pptx.util import Inches
 
-from streamdedup.testing.policy_files import DOC_TIME, Policy, canonical_zip, write_policies
+from streamdedup.testing.policy_files import DOC_TIME, Policy, canonical_zip, fix_properties, write_policies
 
 __all__ = [
     "RECIPE_LATIN",
@@ -153,14 +153,7 @@ def write_deck(path: Path) -> Deck:
         title = slide.shapes.title
         assert title is not None
         title.text = spec.title
-    properties = presentation.core_properties
-    properties.title = _SLIDES[0].title
-    properties.author = "ACME Sales"
-    properties.last_modified_by = "ACME Sales"
-    properties.revision = 1
-    properties.created = DOC_TIME
-    properties.modified = DOC_TIME
-    properties.last_printed = DOC_TIME
+    fix_properties(presentation.core_properties, _SLIDES[0].title, "ACME Sales")
     buffer = io.BytesIO()
     presentation.save(buffer)
     path.parent.mkdir(parents=True, exist_ok=True)

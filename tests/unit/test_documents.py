@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import json
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.output_view import View
 from streamdedup.drivers.folder import FolderFeed
 from streamdedup.errors import InvalidEventError
-from streamdedup.testing.hostile_files import write_hostile
+from streamdedup.testing.hostile_files import pdf_bomb, write_hostile
 from streamdedup.testing.policy_files import write_policies
 from streamdedup.testing.share_files import Corpus, write_corpus
 
@@ -198,33 +197,13 @@ def test_a_paragraph_cut_by_a_page_break_is_joined_again(tmp_path):
         assert hashes(pdf.text, pdf.content_type) == hashes(docx.text, docx.content_type)
 
 
-def pdf_bomb(mebibytes: int) -> bytes:
-    """A one-page PDF whose content stream inflates to ``mebibytes`` MiB of zeros (about a thousandth of that)."""
-    deflate = zlib.compressobj(9)
-    zeros = bytes(1 << 20)
-    stream = b"".join(deflate.compress(zeros) for _ in range(mebibytes)) + deflate.flush()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
-        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
-    ]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for number, body in enumerate(objects, start=1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 5\n0000000000 65535 f \n" + b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size 5 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref
-    return bytes(out)
-
-
 def test_conversions_past_their_bounds_are_errors_naming_the_bound(tmp_path):
     policy = write_policies(tmp_path)
-    slow = Converter(ConvertLimits(timeout=0.001, workers=1))
+    # A page that inflates to 256 MiB takes seconds to read; the time bound cuts it short.
+    slow = Converter(ConvertLimits(timeout=0.2, memory_mb=2048, workers=1))
     try:
-        with pytest.raises(ConversionError, match=r"ran past 0\.001 s"):
-            slow.convert(policy.versions[0].pdf.read_bytes(), PDF)
+        with pytest.raises(ConversionError, match=r"ran past 0\.2 s"):
+            slow.convert(pdf_bomb(256), PDF)
     finally:
         slow.close()
     # A PDF whose page inflates to 1 GiB fills the memory bound; the pool's next conversion still works.
