@@ -10,7 +10,7 @@ NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name 
 
 .PHONY: setup example test lint docs native-toolchain wheel chromium postgresql clean bench bench-signatures bench-profile \
 	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-cdc \
-	bench-report
+	bench-convert bench-report
 
 # Without cargo the package installs without its compiled kernels and runs its Python ones (the same results, slower).
 $(STAMP): pyproject.toml constraints.txt $(NATIVE_SOURCES)
@@ -99,11 +99,14 @@ bench-floor: $(BENCH_STAMP)
 ## and `index --follow`, all started and stopped by the benchmark (Java 17, Maven and Debian's postgresql needed).
 bench-cdc: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.cdc_latency
+## PDF, DOCX, PPTX, XLSX and cp1252 text beside the same texts in Markdown: conversion alone and `streamdedup run`.
+bench-convert: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.convert_formats
 ## Rewrite docs/benchmarks.md from benchmarks/results/*.json without running anything.
 bench-report: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.report
 bench: bench-signatures bench-profile bench-engine bench-streaming bench-state bench-popularity bench-dense \
-	bench-retrieval bench-index bench-floor
+	bench-retrieval bench-index bench-floor bench-convert
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from benchmarks.sections import (
     cdc_latency,
+    convert_formats,
     dense,
     engine,
     floor,
@@ -31,6 +32,7 @@ SECTIONS = [
     ("Index writer", index.section),
     ("Floors", floor.section),
     ("Deletion propagation from a database", cdc_latency.section),
+    ("Documents as files are kept (PDF, Office, legacy encodings)", convert_formats.section),
 ]
 
 
