@@ -3,7 +3,7 @@
     python -m benchmarks.convert_formats                 # 60 documents per format, 20 of them converted alone
     python -m benchmarks.convert_formats --documents 150 --convert-documents 50
 
-Every format holds the same texts: the travel and expenses policy of :mod:`streamdedup.testing.office` (a title,
+Every format holds the same texts: the travel and expenses policy of :mod:`streamdedup.testing.policy_files` (a title,
 five sections, 16 paragraphs, about 6,600 characters), each document with its number in the title and one sentence
 of its own (a cost centre, a city, a budget in euros, an approver), so that the engine sees near copies, not only
 exact ones. Its apostrophes are typographic and the sentence has a euro sign and an en dash, so that the cp1252 file
@@ -51,7 +51,7 @@ from benchmarks.measurement import machine_busy
 from streamdedup.convert import ConvertLimits
 from streamdedup.convert.office import DOCX, PDF, PPTX, XLSX, convert_office
 from streamdedup.convert.text import decode_text
-from streamdedup.testing.office import Block, policy_blocks, write_policy_docx, write_policy_pdf
+from streamdedup.testing.policy_files import Block, policy_blocks, write_policy_docx, write_policy_pdf
 
 #: Documents per format, and of them how many are converted alone: a DOCX takes about a quarter of a second, so
 #: the whole benchmark stays within two minutes on two cores.

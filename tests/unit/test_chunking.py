@@ -46,6 +46,14 @@ def test_long_blocks_are_split_at_sentences_within_the_limit():
     assert all(len(p.plain) <= 300 for p in pieces) and pieces[0].plain.startswith("line_0 = 0\nline_1 = 1")
 
 
+def test_a_long_table_is_cut_between_rows():
+    rows = "".join(f"<tr><td>SKU-{i:03d}</td><td>{i * 7}.50</td><td>EUR</td></tr>" for i in range(80))
+    pieces = chunk_document(f"<table>{rows}</table>", "text/html", max_chars=300)
+    assert len(pieces) > 1 and all(len(p.plain) <= 300 for p in pieces)
+    lines = [line for p in pieces for line in p.plain.split("\n")]
+    assert [line.split() for line in lines] == [[f"SKU-{i:03d}", f"{i * 7}.50", "EUR"] for i in range(80)]
+
+
 def test_a_sentence_longer_than_the_limit_is_cut():
     chunks = chunk_document("x" * 450, "text/plain", max_chars=200)
     assert [len(c.plain) for c in chunks] == [200, 200, 50]

@@ -7,15 +7,18 @@ from __future__ import annotations
 import base64
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
 from streamdedup.contract.codec import decode_event, encode_event
 from streamdedup.convert import ConversionError, ConvertLimits
-from streamdedup.convert.office import DOCX, PDF, convert_office
+from streamdedup.convert.office import DOCX, PDF, PPTX, XLSX, convert_office
 from streamdedup.convert.pool import Converter
 from streamdedup.core.chunking import chunk_document
 from streamdedup.core.messages import Output
@@ -246,3 +249,30 @@ def test_the_contract_takes_a_document_s_bytes_in_data():
         with pytest.raises(InvalidEventError) as caught:
             decode_event(event(**wrong))
         assert caught.value.field == field, wrong
+
+
+@pytest.fixture(scope="module")
+def converter() -> Iterator[Converter]:
+    pool = Converter(ConvertLimits(timeout=20, workers=1))
+    yield pool
+    pool.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.one_of(
+        st.binary(max_size=3000),
+        st.text(max_size=500).map(lambda t: t.encode("utf-16")),
+        st.binary(max_size=2000).map(lambda b: b"%PDF-1.4\n" + b + b"\n%%EOF"),
+        st.binary(max_size=2000).map(lambda b: b"PK\x03\x04" + b),
+    ),
+    st.sampled_from(["text/plain", "text/html", PDF, DOCX, PPTX, XLSX]),
+)
+def test_whatever_the_bytes_a_conversion_gives_text_or_a_reason(converter, data, content_type):
+    try:
+        converted = converter.convert(data, content_type)
+    except ConversionError as exc:
+        assert exc.field == "data" and str(exc).strip()
+    else:
+        assert isinstance(converted.text, str)
+        assert converted.content_type in ("text/plain", "text/markdown", "text/html")
