@@ -8,8 +8,12 @@ per process at a time, so each starts when handed over, and it waits at most the
 a task the pool lost (its process died before it reported the task started) is given up and the pool replaced.
 Whatever goes wrong (a corrupt file, a zip bomb, a bound reached, the process killed) comes back as a
 :class:`~streamdedup.convert.ConversionError` naming the reason, which the drivers dead-letter; nothing of it
-stalls or brings down the caller. Each conversion runs in a process of its own, forked from a fork server (not
-from the worker with its threads) that holds the converters' libraries, started when the first such file arrives.
+stalls or brings down the caller. The pool's processes are forked from a fork server (not from the worker with
+its threads) that holds the converters' libraries, started when the first such file arrives; a process is replaced
+after :data:`MAX_TASKS` conversions, and at once after a conversion that ran out of memory.
+
+A program that converts through this pool and is started as a script needs the ``if __name__ == "__main__":``
+guard, as with any multiprocessing start method but fork: a new process imports the script's module.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ TEXT_TYPES = ("text/plain", "text/markdown", "text/html")
 
 #: What the fork server imports once, so that a conversion's process starts with it.
 _PRELOAD = ["streamdedup.convert.office", "pdfminer.high_level", "mammoth", "pptx", "openpyxl"]
+#: Conversions a pool process makes before it is replaced.
+MAX_TASKS = 50
 #: The exit code of a pool process whose conversion reached the memory bound.
 MEMORY_EXIT = 75
 #: Seconds a caller waits for a conversion beyond its time bound before it gives the task up and replaces the
@@ -45,34 +51,67 @@ MEMORY_EXIT = 75
 GRACE = 30.0
 
 
+def _vm_peak() -> int:
+    """The most address space this process has held, in bytes (0 where /proc does not say)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - no /proc
+        pass
+    return 0
+
+
 @contextmanager
-def _memory_cap(megabytes: int) -> Iterator[None]:
-    """Cap this process's address space at what it holds now plus ``megabytes`` while the block runs (Linux)."""
+def _memory_cap(megabytes: int) -> Iterator[int]:
+    """Cap this process's address space at what it holds now plus ``megabytes`` while the block runs (Linux);
+    yield the cap (0: none could be set)."""
     try:
         with open("/proc/self/statm") as statm:
             held = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
         soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         cap = held + megabytes * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (cap if hard < 0 else min(cap, hard), hard))
+        cap = cap if hard < 0 else min(cap, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     except (OSError, ValueError):  # pragma: no cover - no /proc or no rlimits: the time bound only
-        yield
+        yield 0
         return
     try:
-        yield
+        yield cap
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
+def _exhausted(error: BaseException, peak_before: int, cap: int) -> bool:
+    """Whether a failed conversion ran out of memory: a MemoryError (or the SystemError a library's C code may
+    raise instead) anywhere in its chain, or the process's peak risen to within 1% of the cap while it ran."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (MemoryError, SystemError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    peak = _vm_peak()
+    return bool(cap) and peak > peak_before and peak >= cap * 0.99
+
+
 def _convert_in_child(data: bytes, content_type: str, max_unpacked: int, megabytes: int) -> Converted | str:
-    """Run in a pool process: the converted document, or the reason it could not be converted. The memory bound
-    holds for the conversion alone, so that what the process keeps between tasks never counts against it."""
+    """Run in a pool process: the converted document, or the reason it could not be converted.
+
+    The memory bound holds for the conversion alone, so what the process keeps between conversions never counts
+    against it. A conversion that ran out of memory ends its process (a library's C code cut short may have left
+    state no later conversion should meet), with an exit code that gives the reason; the pool starts another.
+    """
+    peak_before = _vm_peak()
     try:
-        with _memory_cap(megabytes):
+        with _memory_cap(megabytes) as cap:
             return convert_office(data, content_type, max_unpacked=max_unpacked)
-    except ConversionError as exc:
-        return str(exc).removeprefix("data: ")
-    except MemoryError:
-        os._exit(MEMORY_EXIT)  # the exit code tells the reason: a result may not fit in what memory is left
+    except Exception as exc:
+        if _exhausted(exc, peak_before, cap):
+            os._exit(MEMORY_EXIT)
+        if isinstance(exc, ConversionError):
+            return str(exc).removeprefix("data: ")
+        return f"the conversion failed ({type(exc).__name__}: {exc})"
 
 
 class Converter:
@@ -89,11 +128,10 @@ class Converter:
             from pebble import ProcessPool
 
             context = multiprocessing.get_context("forkserver")
-            # Each conversion in a fresh process (max_tasks=1), forked from a server that has the converters'
-            # libraries loaded: nothing a failed conversion left behind (a library's C code cut short by the
-            # memory bound) meets the next one, and each returns its memory when it ends.
+            # Processes forked from a server that has the converters' libraries loaded, each replaced after
+            # MAX_TASKS conversions (and after one that ran out of memory).
             context.set_forkserver_preload(_PRELOAD)
-            self._pool = ProcessPool(max_workers=self._workers(), max_tasks=1, context=context)
+            self._pool = ProcessPool(max_workers=self._workers(), max_tasks=MAX_TASKS, context=context)
             atexit.register(self.close)
         return self._pool
 
