@@ -29,8 +29,9 @@ def section(lines: list[str]) -> None:
     lines += [
         f"Machine: {machine_of(result)}. Command: `{result['command']}`.",
         "",
-        f"{documents} documents per format, each the travel and expenses policy of `streamdedup.testing.policy_files` (a",
-        "title, five sections, 16 paragraphs) with its number in the title and a sentence of its own (a cost centre,",
+        f"{documents} documents per format, each the travel and expenses policy of",
+        "`streamdedup.testing.policy_files` (a title, five sections, 16 paragraphs) with its number in the title",
+        "and a sentence of its own (a cost centre,",
         "a city, a budget in euros, an approver), so the engine sees near copies, not only exact ones. The same texts",
         "as Markdown (the baseline), as DOCX (Word heading styles, running header and footer), as PDF (A4,",
         f"{result['pdf_pages']} pages each, running header and page-number footer), as a PPTX deck (a title slide,",

@@ -27,6 +27,7 @@ import resource
 from collections.abc import Iterator
 from concurrent.futures import Future, TimeoutError
 from contextlib import contextmanager
+from os import _exit  # documented in os: end the process at once, no clean-up
 from typing import Any
 
 from streamdedup.convert import ConversionError, Converted, ConvertLimits
@@ -108,7 +109,7 @@ def _convert_in_child(data: bytes, content_type: str, max_unpacked: int, megabyt
             return convert_office(data, content_type, max_unpacked=max_unpacked)
     except Exception as exc:
         if _exhausted(exc, peak_before, cap):
-            os._exit(MEMORY_EXIT)
+            _exit(MEMORY_EXIT)
         if isinstance(exc, ConversionError):
             return str(exc).removeprefix("data: ")
         return f"the conversion failed ({type(exc).__name__}: {exc})"
