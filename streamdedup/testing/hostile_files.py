@@ -61,22 +61,14 @@ def _crc32_combine(crc1: int, crc2: int, length2: int) -> int:
     """The CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)`` (zlib's crc32_combine)."""
     if length2 <= 0:
         return crc1
-    odd = [0xEDB88320] + [1 << row for row in range(31)]  # the operator for one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four zero bits
-    while True:
-        even = _gf2_square(odd)
+    operator = [0xEDB88320] + [1 << row for row in range(31)]  # appends one zero bit
+    for _ in range(3):
+        operator = _gf2_square(operator)  # two, four, eight zero bits: one zero byte
+    while length2:  # each bit of the length: append 2**k zero bytes
         if length2 & 1:
-            crc1 = _gf2_times(even, crc1)
+            crc1 = _gf2_times(operator, crc1)
         length2 >>= 1
-        if not length2:
-            break
-        odd = _gf2_square(even)
-        if length2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        length2 >>= 1
-        if not length2:
-            break
+        operator = _gf2_square(operator)
     return crc1 ^ crc2
 
 
