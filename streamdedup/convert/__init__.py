@@ -16,10 +16,15 @@ __all__ = ["ConversionError", "ConvertLimits", "Converted"]
 
 
 class ConversionError(InvalidEventError):
-    """A document's bytes could not be turned into text (the reason says why); the document is dead-lettered."""
+    """A document's bytes could not be turned into text (the reason says why); the document is dead-lettered.
 
-    def __init__(self, message: str) -> None:
+    ``transient`` says the reason lies in this machine, not in the file (the office extra missing, a time or memory
+    bound reached, a conversion process lost): the folder feed tries such a file again on its next sync.
+    """
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message, field="data")
+        self.transient = transient
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from streamdedup.contract.codec import encode_event
 from streamdedup.convert import ConversionError, Converted
 from streamdedup.convert.pool import Converter
 from streamdedup.core.model import InputEvent, UpsertEvent
@@ -29,20 +30,27 @@ def carries_data(item: object) -> bool:
     return isinstance(item, UpsertEvent) and item.data is not None
 
 
-def with_text(event: UpsertEvent, converted: Converted, max_chars: int) -> UpsertEvent:
-    """The upsert of the converted text; what the conversion found goes to ``metadata["conversion"]``."""
-    if len(converted.text) > max_chars:
-        raise ConversionError(
-            f"the converted text has {len(converted.text):,} characters, over the event bound of {max_chars:,}"
-        )
+def with_text(event: UpsertEvent, converted: Converted, max_bytes: int) -> UpsertEvent:
+    """The upsert of the converted text; what the conversion found goes to ``metadata["conversion"]``.
+
+    The upsert is held to the event bound, as the event that carried the file was: a zipped file can unpack to a
+    hundred times its size, and the upsert goes on to the source stage's topic in one message.
+    """
     attrs = event.attrs
     if converted.metadata:
         attrs = msgspec.structs.replace(
             attrs, metadata={**(attrs.metadata or {}), "conversion": converted.metadata}
         )
-    return msgspec.structs.replace(
+    upsert = msgspec.structs.replace(
         event, text=converted.text, data=None, content_type=converted.content_type, attrs=attrs
     )
+    size = len(encode_event(upsert))
+    if size > max_bytes:
+        raise ConversionError(
+            f"the converted text makes an event of {size:,} bytes, over the event bound of {max_bytes:,}"
+            " (STREAMDEDUP_MAX_EVENT_BYTES)"
+        )
+    return upsert
 
 
 def converted_in_order(
@@ -89,6 +97,8 @@ async def converted_all(
             return with_text(event, await converter.convert_async(event.data, event.content_type), max_chars)
         except ConversionError as exc:
             return exc
+        except Exception as exc:  # whatever else: this document's dead letter, never the caller's crash
+            return ConversionError(f"the conversion failed ({type(exc).__name__}: {exc})")
 
     results = await asyncio.gather(*(convert(event) for _, event in items))
     return [(item, result) for (item, _), result in zip(items, results, strict=True)]

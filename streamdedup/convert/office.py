@@ -5,9 +5,10 @@ normalizes and chunks:
 
 - **PDF** (pdfminer.six): plain text, one paragraph per text box of the page layout, paragraphs apart by a blank
   line. *Page furniture* is removed: a line at the top or bottom edge of a page whose text (digits aside, so that
-  "Page 3 of 40" counts as one line) comes back at an edge of at least half the pages is a running header or
-  footer, and no part of the text. A paragraph that a page break cut in two is joined again when the page's last
-  paragraph does not end a sentence. A PDF with no text layer (a scan) is refused: text recognition is not done.
+  "Page 3 of 40" counts as one line) comes back at an edge, at the same height, on at least half the pages is a
+  running header or footer, and no part of the text. A paragraph that a page break cut in two is joined again when
+  the page's last paragraph does not end a sentence and the next page does not open with a heading-like line. A
+  PDF with no text layer (a scan) is refused: text recognition is not done.
 - **DOCX** (mammoth): HTML, with the styles' headings as ``h1`` to ``h6``, lists, tables; images, page headers and
   footers, comments and tracked deletions are left out.
 - **PPTX** (python-pptx): HTML, a section per slide: its title as a heading, each text frame as a paragraph or,
@@ -61,6 +62,7 @@ _DISTRIBUTIONS = {PDF: "pdfminer.six", DOCX: "mammoth", PPTX: "python-pptx", XLS
 # must come back to be one.
 _EDGE_LINES = 2
 _FURNITURE_SHARE = 0.5
+_SAME_HEIGHT = 3.0  # points
 _DIGITS = re.compile(r"\d+")
 _SPACES = re.compile(r"\s+")
 _SENTENCE_END = (".", "!", "?", ":", ";", '"', "'", ")", "]", "\u201d", "\u2019", "\u2026", "\u3002")
@@ -162,9 +164,14 @@ def _pdf(data: bytes) -> tuple[str, str, dict[str, Any]]:
     furniture = _furniture(pages)
     paragraphs: list[str] = []
     for boxes in pages:
-        kept = ["\n".join(text for _, text in box if _key(text) not in furniture) for box in boxes]
+        kept = ["\n".join(text for y, text in box if not _is_furniture(furniture, y, text)) for box in boxes]
         page_paragraphs = [p for p in kept if p.strip()]
-        if paragraphs and page_paragraphs and _continues(paragraphs[-1]):
+        if (
+            paragraphs
+            and page_paragraphs
+            and _continues(paragraphs[-1])
+            and not _heading_like(page_paragraphs[0])
+        ):
             paragraphs[-1] = f"{paragraphs[-1]}\n{page_paragraphs.pop(0)}"
         paragraphs.extend(page_paragraphs)
     extra: dict[str, Any] = {"pages": len(pages)}
@@ -178,29 +185,52 @@ def _key(line: str) -> str:
     return _SPACES.sub(" ", _DIGITS.sub("#", line)).strip().casefold()
 
 
-def _furniture(pages: list[list[list[tuple[float, str]]]]) -> set[str]:
-    """Return the keys of the lines that come back at a page's top or bottom edge on at least half the pages (and
-    on two at least) and never away from an edge: body text that happens to open or close a page comes back in the
-    body too."""
+def _furniture(pages: list[list[list[tuple[float, str]]]]) -> dict[str, float]:
+    """Return the running headers and footers: each line key (:func:`_key`) with the height it stands at.
+
+    A line is one when it stands among the two at a page's top or bottom edge, at the same height (within
+    :data:`_SAME_HEIGHT` points), on at least half the pages (two at least), and no line of that text stands there
+    away from an edge: body text that happens to open or close pages comes back in the body, or at other heights.
+    """
     if len(pages) < 2:
-        return set()
-    at_edges: Counter[str] = Counter()
-    in_body: set[str] = set()
-    for boxes in pages:
+        return {}
+    at_edges: dict[str, list[tuple[int, float]]] = {}
+    in_body: dict[str, list[float]] = {}
+    for number, boxes in enumerate(pages):
         lines = sorted((line for box in boxes for line in box), key=lambda line: -line[0])
         cut = min(_EDGE_LINES, len(lines) // 2)
-        edges = lines[:cut] + lines[len(lines) - cut :]
-        at_edges.update({_key(text) for _, text in edges})
-        in_body.update(_key(text) for _, text in lines[cut : len(lines) - cut])
+        for index, (y, text) in enumerate(lines):
+            edge = index < cut or index >= len(lines) - cut
+            if edge:
+                at_edges.setdefault(_key(text), []).append((number, y))
+            else:
+                in_body.setdefault(_key(text), []).append(y)
     needed = max(2, math.ceil(len(pages) * _FURNITURE_SHARE))
-    return {key for key, count in at_edges.items() if count >= needed and key and key not in in_body}
+    found: dict[str, float] = {}
+    for key, places in sorted(at_edges.items()):
+        if not key:
+            continue
+        height = Counter(round(y) for _, y in places).most_common(1)[0][0]
+        pages_there = {number for number, y in places if abs(y - height) <= _SAME_HEIGHT}
+        body_there = any(abs(y - height) <= _SAME_HEIGHT for y in in_body.get(key, ()))
+        if len(pages_there) >= needed and not body_there:
+            found[key] = height
+    return found
+
+
+def _is_furniture(furniture: dict[str, float], y: float, text: str) -> bool:
+    height = furniture.get(_key(text))
+    return height is not None and abs(y - height) <= _SAME_HEIGHT
+
+
+def _heading_like(paragraph: str) -> bool:
+    return "\n" not in paragraph and len(paragraph) <= _HEADING_LIKE_MAX
 
 
 def _continues(paragraph: str) -> bool:
     """Whether a page's last paragraph runs on to the next page: it ends mid-sentence and is not a heading."""
     last = paragraph.rstrip()
-    heading_like = "\n" not in last and len(last) <= _HEADING_LIKE_MAX
-    return not heading_like and not last.endswith(_SENTENCE_END)
+    return not _heading_like(last) and not last.endswith(_SENTENCE_END)
 
 
 # DOCX

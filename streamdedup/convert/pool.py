@@ -122,7 +122,7 @@ class Converter:
         self.limits = limits or ConvertLimits()
         self._pool: Any = None
         self._warned: set[str] = set()
-        self._slots: asyncio.Semaphore | None = None
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
 
     def _start(self) -> Any:
         if self._pool is None:
@@ -156,7 +156,7 @@ class Converter:
             ):  # once per format: every such file is a dead letter saying so
                 self._warned.add(content_type)
                 logger.warning("%s; until then each one is a dead letter", missing)
-            future.set_result(missing)
+            future.set_exception(ConversionError(missing, transient=True))
             return future
         scheduled: Future[Any] = self._start().schedule(
             _convert_in_child,
@@ -171,26 +171,31 @@ class Converter:
 
         try:
             value = future.result(timeout=self.limits.timeout + GRACE)
+        except ConversionError:
+            raise
         except TimeoutError as exc:
             if not future.done():  # never started: its process died; start afresh
                 future.cancel()
                 self.close()
-                raise ConversionError(
-                    f"the conversion did not finish within {self.limits.timeout + GRACE:g} s; the conversion"
-                    " processes were replaced"
-                ) from exc
+                raise self._lost() from exc
             raise ConversionError(
-                f"the conversion ran past {self.limits.timeout:g} s (STREAMDEDUP_CONVERT_TIMEOUT)"
+                f"the conversion ran past {self.limits.timeout:g} s (STREAMDEDUP_CONVERT_TIMEOUT)",
+                transient=True,
             ) from exc
         except ProcessExpired as exc:
             if exc.exitcode == MEMORY_EXIT:
                 raise ConversionError(
                     f"the conversion ran past the memory bound of {self.limits.memory_mb} MB"
-                    " (STREAMDEDUP_CONVERT_MEMORY_MB)"
+                    " (STREAMDEDUP_CONVERT_MEMORY_MB)",
+                    transient=True,
                 ) from exc
-            raise ConversionError(f"the conversion process died (exit code {exc.exitcode})") from exc
-        except Exception as exc:
-            raise ConversionError(f"the conversion failed ({type(exc).__name__}: {exc})") from exc
+            raise ConversionError(
+                f"the conversion process died (exit code {exc.exitcode})", transient=True
+            ) from exc
+        except Exception as exc:  # the pool's own failure (a broken or replaced pool), not the file's
+            raise ConversionError(
+                f"the conversion failed ({type(exc).__name__}: {exc})", transient=True
+            ) from exc
         if isinstance(value, str):
             raise ConversionError(value)
         assert isinstance(value, Converted)
@@ -206,14 +211,26 @@ class Converter:
             future = self.submit(data, content_type)
             if not future.done():  # its outcome, an error too, is read below
                 await asyncio.wait([asyncio.wrap_future(future)], timeout=self.limits.timeout + GRACE)
+            if not future.done():  # lost by the pool: replace it, off the event loop
+                future.cancel()
+                await asyncio.to_thread(self.close)
+                raise self._lost()
         return self.result(future)
+
+    def _lost(self) -> ConversionError:
+        return ConversionError(
+            f"the conversion did not finish within {self.limits.timeout + GRACE:g} s; the conversion processes"
+            " were replaced",
+            transient=True,
+        )
 
     def _running(self) -> asyncio.Semaphore:
         """At most one conversion per process is handed to the pool at a time, so that each starts when handed
-        over and the wait above bounds it."""
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self._workers())
-        return self._slots
+        over and the wait above bounds it (one semaphore per event loop)."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self._workers()))
+        return self._slots[1]
 
     def _workers(self) -> int:
         return self.limits.workers or min(4, os.cpu_count() or 1)

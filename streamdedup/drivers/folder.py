@@ -5,7 +5,9 @@
   ``.rst`` plain text; ``.pdf``, ``.docx``, ``.pptx`` and ``.xlsx`` converted to text with the ``office`` extra;
   other files are not sources). A text file's encoding is detected (:mod:`streamdedup.convert.text`);
 - text: the file's bytes go into the upsert's ``data`` and are converted as any such upsert is
-  (:mod:`streamdedup.convert`); a file that cannot be is a dead letter naming the file and the reason;
+  (:mod:`streamdedup.convert`); a file that cannot be is a dead letter naming the file and the reason, and is
+  tried again on the next sync when the reason is the machine's (``ConversionError.transient``), else when the
+  file changes;
 - version: the file's modification time in nanoseconds (raised past the last one seen if the clock went back);
 - ACL: from a sidecar ``<file>.acl.json`` (a list of principals, or ``{"acl": [...], "authority": n}``), else the
   default ACL from the settings.
@@ -70,6 +72,8 @@ class FolderFeed:
     limits: EventLimits = DEFAULT_LIMITS
     converter: Converter = field(default_factory=Converter)
     known: dict[str, int] = field(default_factory=dict)  # source_id -> last version sent
+    # Files whose conversion failed for a reason of this machine's (ConversionError.transient): not marked seen.
+    _retry: set[str] = field(default_factory=set)
 
     @property
     def meta_key(self) -> str:
@@ -150,6 +154,8 @@ class FolderFeed:
         def replace(item: Item, result: UpsertEvent | ConversionError) -> Item:
             source_id, version, _ = item
             if isinstance(result, ConversionError):
+                if result.transient:  # not the file's fault: the next sync tries it again
+                    self._retry.add(source_id)
                 where = {"file": str(self.root / source_id), "source_id": source_id}
                 return source_id, version, dead_letter(b"", result, where)
             return source_id, version, result
@@ -184,6 +190,9 @@ class FolderFeed:
     def seen(self, items: list[Item]) -> None:
         """Record that these items were processed."""
         for source_id, version, _ in items:
+            if source_id in self._retry:
+                self._retry.discard(source_id)
+                continue
             if version is None:
                 self.known.pop(source_id, None)
             else:

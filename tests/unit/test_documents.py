@@ -4,20 +4,25 @@ their bytes (streamdedup.convert). The documents are written by the tests
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from reportlab.lib.pagesizes import A4
+from reportlab.pdfgen.canvas import Canvas
 from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
 from streamdedup.contract.codec import decode_event, encode_event
-from streamdedup.convert import ConversionError, ConvertLimits
+from streamdedup.convert import ConversionError, Converted, ConvertLimits
+from streamdedup.convert.events import with_text
 from streamdedup.convert.office import DOCX, PDF, PPTX, XLSX, convert_office
 from streamdedup.convert.pool import Converter
 from streamdedup.core.chunking import chunk_document
@@ -276,3 +281,83 @@ def test_whatever_the_bytes_a_conversion_gives_text_or_a_reason(converter, data,
     else:
         assert isinstance(converted.text, str)
         assert converted.content_type in ("text/plain", "text/markdown", "text/html")
+
+
+def test_a_converted_text_over_the_event_bound_in_bytes_is_a_dead_letter():
+    """A zipped file can unpack to far more than it weighs; the text is held to the bound in UTF-8 bytes."""
+    event = decode_event(
+        json.dumps({
+            "schema": "streamdedup.document/v1", "op": "upsert", "source_id": "s", "version": 1,
+            "modified_at": "2026-01-01T00:00:00Z", "acl": ["*"], "content_type": DOCX, "data": "UEs=",
+        }).encode()
+    )  # fmt: skip
+    text = "漢字" * 500  # 1,000 characters, 3,000 bytes
+    with pytest.raises(ConversionError, match="over the event bound of 2,000"):
+        with_text(event, Converted(text, "text/html"), 2_000)
+    assert with_text(event, Converted(text, "text/html"), 4_000).text == text
+
+
+def test_a_task_the_pool_lost_is_given_up_without_blocking_the_event_loop(monkeypatch):
+    converter = Converter(ConvertLimits(timeout=0.2, workers=1))
+    monkeypatch.setattr("streamdedup.convert.pool.GRACE", 0.2)
+    monkeypatch.setattr(converter, "submit", lambda data, content_type: Future())  # never completes
+    monkeypatch.setattr(converter, "result", lambda future: pytest.fail("a pending future read on the loop"))
+
+    async def main() -> None:
+        with pytest.raises(ConversionError, match=r"did not finish within 0\.4 s") as caught:
+            await converter.convert_async(b"%PDF-", PDF)
+        assert caught.value.transient
+
+    asyncio.run(main())
+
+
+def test_the_converter_serves_one_event_loop_after_another(tmp_path):
+    pdf = write_policies(tmp_path).versions[0].pdf.read_bytes()
+    converter = Converter(ConvertLimits(workers=1))
+
+    async def three() -> list[str]:
+        done = await asyncio.gather(*(converter.convert_async(pdf, PDF) for _ in range(3)))
+        return [c.content_type for c in done]
+
+    try:
+        assert asyncio.run(three()) == asyncio.run(three()) == ["text/plain"] * 3
+    finally:
+        converter.close()
+
+
+def test_a_file_dead_lettered_for_the_machine_s_reason_is_tried_again(monkeypatch, tmp_path):
+    policy = write_policies(tmp_path / "share")
+    state, out = tmp_path / "state", tmp_path / "out.jsonl"
+    with monkeypatch.context() as without_extra:
+        without_extra.setitem(sys.modules, "pdfminer", None)
+        assert run(tmp_path / "share", state, out).exit_code == 0
+    letters = [line.value for line in outputs(out) if line.topic == "dlq"]
+    assert len(letters) == len(policy.versions) and all("office extra" in x["error"] for x in letters)
+    assert run(tmp_path / "share", state, out).exit_code == 0  # the extra is back: the PDFs are converted
+    view = View().apply_all(outputs(out))
+    assert {f"{v.name}.pdf" for v in policy.versions} <= set(view.mappings)
+    lines = len(outputs(out))
+    assert run(tmp_path / "share", state, out).exit_code == 0 and len(outputs(out)) == lines  # then seen
+
+
+def test_page_numbers_are_furniture_and_a_number_in_the_body_is_not(tmp_path):
+    path = tmp_path / "numbers.pdf"
+    canvas = Canvas(str(path), pagesize=A4, invariant=1)
+    for page, word in enumerate(("Travel", "Lodging", "Meals"), start=1):
+        canvas.setFont("Helvetica", 11)
+        body = [
+            f"{word} is covered in this part.",
+            f"{word} needs a receipt.",
+            "Total",
+            "1250",
+            f"{word} claims close the part.",
+        ]
+        for row, line in enumerate(body):
+            canvas.drawString(72, 700 - 40 * row, line)
+        canvas.drawString(297, 30, str(page))
+        canvas.showPage()
+    canvas.save()
+    converted = convert_office(path.read_bytes(), PDF, max_unpacked=UNPACKED)
+    paragraphs = converted.text.split("\n\n")
+    assert paragraphs.count("1250") == 3 and not {"1", "2", "3"} & set(paragraphs)
+    assert converted.metadata["page_furniture"] == ["#"]
