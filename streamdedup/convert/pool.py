@@ -25,7 +25,7 @@ import multiprocessing
 import os
 import resource
 from collections.abc import Iterator
-from concurrent.futures import Future, TimeoutError
+from concurrent.futures import BrokenExecutor, CancelledError, Future, TimeoutError
 from contextlib import contextmanager
 from os import _exit  # documented in os: end the process at once, no clean-up
 from typing import Any
@@ -206,7 +206,16 @@ class Converter:
         return self.result(self.submit(data, content_type))
 
     async def convert_async(self, data: bytes, content_type: str) -> Converted:
-        """Convert a document's bytes without blocking the event loop."""
+        """Convert a document's bytes without blocking the event loop. A conversion cut short because the pool was
+        replaced under it (another task was lost) is made once more in the new pool, not blamed on the file."""
+        try:
+            return await self._convert_once(data, content_type)
+        except ConversionError as exc:
+            if not isinstance(exc.__cause__, (CancelledError, BrokenExecutor)):
+                raise
+        return await self._convert_once(data, content_type)
+
+    async def _convert_once(self, data: bytes, content_type: str) -> Converted:
         async with self._running():
             future = self.submit(data, content_type)
             if not future.done():  # its outcome, an error too, is read below

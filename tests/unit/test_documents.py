@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Iterator
 from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pytest
@@ -361,3 +362,20 @@ def test_page_numbers_are_furniture_and_a_number_in_the_body_is_not(tmp_path):
     paragraphs = converted.text.split("\n\n")
     assert paragraphs.count("1250") == 3 and not {"1", "2", "3"} & set(paragraphs)
     assert converted.metadata["page_furniture"] == ["#"]
+
+
+def test_a_conversion_cut_short_by_a_replaced_pool_is_made_again(monkeypatch):
+    converter = Converter(ConvertLimits(workers=1))
+    real, calls = converter.submit, []
+
+    def submit(data: bytes, content_type: str) -> Future:
+        calls.append(content_type)
+        if len(calls) == 1:  # the pool was replaced under this one
+            broken: Future = Future()
+            broken.set_exception(BrokenProcessPool("replaced"))
+            return broken
+        return real(data, content_type)
+
+    monkeypatch.setattr(converter, "submit", submit)
+    converted = asyncio.run(converter.convert_async("Crème brûlée".encode("cp1252"), "text/plain"))
+    assert converted.text == "Crème brûlée" and len(calls) == 2
