@@ -14,14 +14,18 @@ stop_pidfile() {
     pid="$(cat "$pidfile")"
     say "stopping (pid $pid)"
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 $((seconds * 2))); do
-      alive "$pid" || break
-      sleep 0.5
-    done
-    if alive "$pid"; then
-      say "still running after $seconds s; killing"
-      kill -9 "$pid" 2>/dev/null || true
-    fi
+    end_or_kill "$pid" "$seconds"
   fi
   rm -f "$pidfile"
+}
+
+# end_or_kill PID SECONDS: wait up to SECONDS for process PID to end, then SIGKILL it.
+end_or_kill() {
+  local pid="$1" seconds="$2"
+  for _ in $(seq 1 $((seconds * 2))); do
+    alive "$pid" || return 0
+    sleep 0.5
+  done
+  say "still running after $seconds s; killing"
+  kill -9 "$pid" 2>/dev/null || true
 }

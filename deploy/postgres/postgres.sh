@@ -210,14 +210,7 @@ stop() {
     say "stopping (pid $pid)"
     (cd "$RUN" && as_owner "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 60 stop >/dev/null 2>&1) || true
     # pg_ctl returns when the server has removed its pid file, a moment before the process ends.
-    for _ in $(seq 1 40); do
-      alive "$pid" || break
-      sleep 0.25
-    done
-    if alive "$pid"; then
-      say "still running after 60 s; killing"
-      kill -9 "$pid" 2>/dev/null || true
-    fi
+    end_or_kill "$pid" 10
   fi
   if [ "${PG_KEEP_DATA:-0}" != "1" ]; then
     rm -rf "$DATA"
