@@ -24,6 +24,7 @@ class ConversionError(InvalidEventError):
 
     def __init__(self, message: str, *, transient: bool = False) -> None:
         super().__init__(message, field="data")
+        self.reason = message
         self.transient = transient
 
 

@@ -58,7 +58,7 @@ def converted_in_order(
     event_of: Callable[[T], Any],
     replace: Callable[[T, UpsertEvent | ConversionError], T],
     converter: Converter,
-    max_chars: int,
+    max_bytes: int,
     window: int = 8,
 ) -> Iterator[T]:
     """Yield ``items`` in order, each upsert of bytes (``event_of(item)``) replaced by ``replace(item, upsert of
@@ -70,7 +70,7 @@ def converted_in_order(
             return item
         event = event_of(item)
         try:
-            return replace(item, with_text(event, converter.result(future), max_chars))
+            return replace(item, with_text(event, converter.result(future), max_bytes))
         except ConversionError as exc:
             return replace(item, exc)
 
@@ -85,7 +85,7 @@ def converted_in_order(
 
 
 async def converted_all(
-    converter: Converter, items: Sequence[tuple[T, InputEvent]], max_chars: int
+    converter: Converter, items: Sequence[tuple[T, InputEvent]], max_bytes: int
 ) -> list[tuple[T, InputEvent | ConversionError]]:
     """The events with each upsert of a document's bytes converted to text, all at once in the converter's
     processes (the event loop keeps running), in their order; an error where one could not be."""
@@ -94,7 +94,7 @@ async def converted_all(
         if not isinstance(event, UpsertEvent) or event.data is None:
             return event
         try:
-            return with_text(event, await converter.convert_async(event.data, event.content_type), max_chars)
+            return with_text(event, await converter.convert_async(event.data, event.content_type), max_bytes)
         except ConversionError as exc:
             return exc
         except Exception as exc:  # whatever else: this document's dead letter, never the caller's crash

@@ -99,10 +99,10 @@ def convert_office(data: bytes, content_type: str, *, max_unpacked: int) -> Conv
     if content_type == PDF:
         text, content, extra = _pdf(data)
     else:
-        archive = _open_zip(data, name, max_unpacked)
+        _check_zip(data, name, max_unpacked)
         reader = {DOCX: _docx, PPTX: _pptx, XLSX: _xlsx}[content_type]
         try:
-            text, content, extra = reader(data, archive)
+            text, content, extra = reader(data)
         except (ConversionError, MemoryError):
             raise
         except Exception as exc:
@@ -112,11 +112,11 @@ def convert_office(data: bytes, content_type: str, *, max_unpacked: int) -> Conv
     return Converted(text, content, {"converted_from": name, "converter": _library(content_type), **extra})
 
 
-def _open_zip(data: bytes, name: str, max_unpacked: int) -> zipfile.ZipFile:
-    """Open an Office file's zip archive, refusing one whose members would unpack past ``max_unpacked`` bytes."""
+def _check_zip(data: bytes, name: str, max_unpacked: int) -> None:
+    """Refuse an Office file that is no zip archive, or whose members would unpack past ``max_unpacked`` bytes."""
     try:
-        archive = zipfile.ZipFile(io.BytesIO(data))
-        unpacked = sum(member.file_size for member in archive.infolist())
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            unpacked = sum(member.file_size for member in archive.infolist())
     except (zipfile.BadZipFile, ValueError, OSError) as exc:
         raise ConversionError(
             f"not a {name} file: not a zip archive ({exc}); a password-protected Office file is stored encrypted"
@@ -127,7 +127,6 @@ def _open_zip(data: bytes, name: str, max_unpacked: int) -> zipfile.ZipFile:
             f"the {name} file unpacks to {unpacked:,} bytes, over the bound of {max_unpacked:,}"
             " (STREAMDEDUP_CONVERT_MAX_UNPACKED_BYTES): a zip bomb?"
         )
-    return archive
 
 
 # PDF
@@ -236,10 +235,8 @@ def _continues(paragraph: str) -> bool:
 # DOCX
 
 
-def _docx(data: bytes, archive: zipfile.ZipFile) -> tuple[str, str, dict[str, Any]]:
+def _docx(data: bytes) -> tuple[str, str, dict[str, Any]]:
     import mammoth
-
-    archive.close()
 
     def no_image(image: Any) -> dict[str, str]:
         return {"alt": image.alt_text} if image.alt_text else {}
@@ -251,10 +248,9 @@ def _docx(data: bytes, archive: zipfile.ZipFile) -> tuple[str, str, dict[str, An
 # PPTX
 
 
-def _pptx(data: bytes, archive: zipfile.ZipFile) -> tuple[str, str, dict[str, Any]]:
+def _pptx(data: bytes) -> tuple[str, str, dict[str, Any]]:
     from pptx import Presentation
 
-    archive.close()
     deck = Presentation(io.BytesIO(data))
     sections = []
     for slide in deck.slides:
@@ -298,10 +294,9 @@ def _slide(slide: Any) -> Iterator[str]:
 # XLSX
 
 
-def _xlsx(data: bytes, archive: zipfile.ZipFile) -> tuple[str, str, dict[str, Any]]:
+def _xlsx(data: bytes) -> tuple[str, str, dict[str, Any]]:
     from openpyxl import load_workbook
 
-    archive.close()
     book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     try:
         parts = []

@@ -111,7 +111,7 @@ def _convert_in_child(data: bytes, content_type: str, max_unpacked: int, megabyt
         if _exhausted(exc, peak_before, cap):
             _exit(MEMORY_EXIT)
         if isinstance(exc, ConversionError):
-            return str(exc).removeprefix("data: ")
+            return exc.reason
         return f"the conversion failed ({type(exc).__name__}: {exc})"
 
 
@@ -144,16 +144,14 @@ class Converter:
                 text, metadata = decode_text(data)
                 future.set_result(Converted(text, content_type, metadata))
             except ConversionError as exc:
-                future.set_result(str(exc).removeprefix("data: "))
+                future.set_result(exc.reason)
             return future
         if content_type not in OFFICE_TYPES:
             future.set_result(f"no converter for content type {content_type!r}")
             return future
         missing = missing_extra(content_type)
         if missing is not None:
-            if (
-                content_type not in self._warned
-            ):  # once per format: every such file is a dead letter saying so
+            if content_type not in self._warned:  # once per format: each such file is a dead letter saying so
                 self._warned.add(content_type)
                 logger.warning("%s; until then each one is a dead letter", missing)
             future.set_exception(ConversionError(missing, transient=True))
