@@ -103,9 +103,12 @@ def _state_dir(settings: Settings, state: Path | None) -> Path:
 def run(
     ctx: typer.Context,
     input: Annotated[
-        Path,
-        typer.Argument(help="JSONL file of input events (design §4), or a folder of documents.", exists=True),
-    ],
+        Path | None,
+        typer.Argument(
+            help="JSONL file of input events (design §4), or a folder of documents (optional with --rebuild-from).",
+            exists=True,
+        ),
+    ] = None,
     state: Annotated[Path | None, typer.Option(help="State directory (RocksDB); kept between runs.")] = None,
     out: Annotated[str, typer.Option(help="Output JSONL file, appended to; '-' for standard output.")] = "-",
     batch_size: Annotated[int | None, typer.Option(help="Input events per atomic batch.")] = None,
@@ -128,6 +131,15 @@ def run(
         typer.Option(
             help="INPUT holds this feed's change events (Debezium), one record value per line, mapped by the feeds "
             "file (STREAMDEDUP_FEEDS, or --set feeds=FILE)."
+        ),
+    ] = None,
+    rebuild_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--rebuild-from",
+            metavar="OLD_STATE",
+            help="First build the new --state from this state directory's retained record, under this run's "
+            "settings (e.g. --set threshold=0.85); no input is needed again. Cut short, it goes on where it was.",
         ),
     ] = None,
 ) -> None:
@@ -157,6 +169,7 @@ def run(
             watch=watch,
             collection=collection,
             feed_name=feed,
+            rebuild_from=rebuild_from,
         )
         if index is not None:
             from streamdedup.cli.indexing import index_command

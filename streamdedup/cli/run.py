@@ -20,6 +20,7 @@ from streamdedup.drivers.embedded import RunCounters, Runner
 from streamdedup.drivers.feeds import RunReport, run_feed
 from streamdedup.drivers.folder import FolderFeed
 from streamdedup.drivers.jsonl import FileSink, JsonlFeed, opened_state
+from streamdedup.drivers.rebuild import REBUILD_META, RetainedFeed, rebuild_position
 from streamdedup.errors import ConfigurationError
 from streamdedup.settings import Settings
 
@@ -48,7 +49,7 @@ def feed_progress(feed: JsonlFeed | FolderFeed) -> ProgressColumn:
 
 def run_command(
     settings: Settings,
-    source: Path,
+    source: Path | None,
     state: Path,
     out: str,
     console: Console,
@@ -56,10 +57,24 @@ def run_command(
     watch: bool = False,
     collection: str | None = None,
     feed_name: str | None = None,
+    rebuild_from: Path | None = None,
 ) -> None:
     """Run the engine over a JSONL file (of a feed's change events, with ``feed_name``) or a folder, with state in
-    ``state``, appending outputs to ``out``."""
+    ``state``, appending outputs to ``out``; with ``rebuild_from``, first build the state from that state's
+    retained record (:mod:`streamdedup.drivers.rebuild`)."""
     started = time.monotonic()
+    if rebuild_from is not None:
+        report = RunReport()
+        with opened_state(settings, state, out) as (runner, sink):
+            _rebuild(rebuild_from, state, runner, sink, settings, report, console)
+            counters = runner.counters
+        if source is None:
+            console.print(summary_table(report, counters, time.monotonic() - started))
+            if out != "-":
+                console.print(f"outputs appended to {out}; state in {state}")
+            return
+    if source is None:
+        raise ConfigurationError("give INPUT, a JSONL file or a folder (or --rebuild-from OLD_STATE)")
     if feed_name is not None and (source.is_dir() or settings.feeds is None):
         raise ConfigurationError(
             "--feed reads a file of change events, mapped by the feeds file (STREAMDEDUP_FEEDS or --set feeds=FILE)"
@@ -93,8 +108,38 @@ def run_command(
         console.print(f"outputs appended to {out}; state in {state}")
 
 
+def _rebuild(
+    old: Path,
+    state: Path,
+    runner: Runner,
+    sink: FileSink,
+    settings: Settings,
+    report: RunReport,
+    console: Console,
+) -> None:
+    """Build a new state from ``old``'s retained record, or go on with a rebuild cut short; a finished one is kept."""
+    if old.resolve() == state.resolve():
+        raise ConfigurationError("--rebuild-from names the state itself: rebuild into a new state directory")
+    position = rebuild_position(runner.store.get_meta(REBUILD_META))
+    if position is None and runner.counters.events:
+        raise ConfigurationError(
+            f"the state at {state} already holds a run: a rebuild goes into a new state directory"
+        )
+    if position is not None and position["from"] != str(old.resolve()):
+        raise ConfigurationError(f"the state at {state} was built from {position['from']}, not from {old}")
+    if position is not None and position["done"] == position["total"]:
+        console.print(f"{state} was already built from {old}; taking new input only")
+        return
+    done = 0 if position is None else int(str(position["done"]))
+    if position is not None:
+        console.print(f"going on with the rebuild from {old} after {done:,} of {position['total']} events")
+    else:
+        console.print(f"building {state} from the retained record of {old}")
+    _run_feed(RetainedFeed(old, done), runner, sink, settings, report, console)
+
+
 def _run_feed(
-    feed: JsonlFeed | FolderFeed,
+    feed: JsonlFeed | FolderFeed | RetainedFeed,
     runner: Runner,
     sink: FileSink,
     settings: Settings,
@@ -103,7 +148,10 @@ def _run_feed(
 ) -> int:
     """Run a feed with a progress bar (bytes of a file, files of a folder); return the events it held."""
     column = DownloadColumn() if isinstance(feed, JsonlFeed) else MofNCompleteColumn()
-    label = feed.path.name if isinstance(feed, JsonlFeed) else str(feed.root)
+    if isinstance(feed, RetainedFeed):
+        label = f"rebuild from {feed.old}"
+    else:
+        label = feed.path.name if isinstance(feed, JsonlFeed) else str(feed.root)
     before = report.events + report.dead_letters
     with ExitStack() as stack:
         progress = progress_bar(console, column)

@@ -32,7 +32,7 @@ __all__ = [
 POLICY_CRITERIA = ("authority", "modified_at", "length", "source_id")
 
 #: Version of the state layout and of the normalization, shingle-hash and band-key functions.
-STATE_FORMAT = 10
+STATE_FORMAT = 11
 
 #: Megabytes of the content stage's records a process keeps in memory in front of its RocksDB state
 #: (``STREAMDEDUP_STATE_CACHE_MB``; ``streamdedup.store.rocksdb`` says why).

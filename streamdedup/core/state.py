@@ -14,7 +14,7 @@ from typing import Literal
 import msgspec
 
 from streamdedup.core.messages import Info, MemberReport, PairMark
-from streamdedup.core.model import EVERYONE, Rank, SourceAttrs
+from streamdedup.core.model import EVERYONE, DecisionEvent, DeleteEvent, Rank, SourceAttrs, UpsertEvent
 from streamdedup.core.normalize import normalize
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "MappingEntry",
     "NeighborEntry",
     "RefEntry",
+    "Retained",
     "SourceRecord",
     "StatusEntry",
     "TopRef",
@@ -131,6 +132,13 @@ class DecisionRecord(msgspec.Struct, kw_only=True, array_like=True):
     """The version of the decision in force about one pair or line (the source stage's ledger of decisions)."""
 
     version: int = -1
+
+
+class Retained(msgspec.Struct, array_like=True):
+    """The event that rebuilds what the source stage holds of a source or a decision (:mod:`streamdedup.core.retained`):
+    a source's latest upsert (its ACL and version those of the latest ``acl`` event), or its delete; a decision."""
+
+    event: UpsertEvent | DeleteEvent | DecisionEvent | None = None
 
 
 class LineMark(msgspec.Struct, frozen=True, array_like=True):

@@ -22,6 +22,7 @@ from streamdedup.core.state import (
     DecisionRecord,
     LineRecord,
     RefEntry,
+    Retained,
     SourceRecord,
 )
 
@@ -90,6 +91,7 @@ R = TypeVar(
     CollectionMember,
     ContentIds,
     DecisionRecord,
+    Retained,
 )
 
 

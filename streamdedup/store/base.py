@@ -238,5 +238,7 @@ def check_params(store: Store, params: EngineParams, *, where: str) -> None:
     diffs = describe_mismatch(json.loads(raw), wanted)
     if diffs is not None:
         raise StateMismatchError(
-            f"the state at {where} was built with {diffs}; use those settings or a new state directory"
+            f"the state at {where} was built with {diffs}; use those settings, or build a new state under the new "
+            "ones from this one's retained record (docs/generations.md): 'streamdedup run --state NEW "
+            f"--rebuild-from {where} --set NAME=VALUE'"
         )

@@ -28,6 +28,7 @@ from streamdedup.core.messages import (
 )
 from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, UpsertEvent
 from streamdedup.core.records import audit_value, decision_audit_value, review_key
+from streamdedup.core.retained import decision_key, source_key
 from streamdedup.core.stages.source_chunks import document_chunks, line_keeper, line_update, plain_chunks
 from streamdedup.core.stages.source_mappings import (
     merge_statuses,
@@ -35,7 +36,7 @@ from streamdedup.core.stages.source_mappings import (
     source_mapping,
     source_refs,
 )
-from streamdedup.core.state import BoilerplateSnapshot, DecisionRecord, SourceRecord, unpack_lines
+from streamdedup.core.state import BoilerplateSnapshot, DecisionRecord, Retained, SourceRecord, unpack_lines
 from streamdedup.core.tables import PartitionState, Table
 from streamdedup.errors import InvalidEventError
 
@@ -75,6 +76,9 @@ class SourceStage:
         )
         snapshots = Table(state, BoilerplateSnapshot)
         ledger = Table(state, DecisionRecord)
+        # The retained record (streamdedup.core.retained): each source's and decision's latest event.
+        kept = Table(state, Retained)
+        kept.prefetch([source_key(m.source_id) for m in messages if isinstance(m, AclEvent)])
         out: list[Message | Output] = []
         touched: dict[str, None] = {}
         # Status lists are taken in together, one call a source, before the next event of that source that follows
@@ -89,15 +93,16 @@ class SourceStage:
                 self._keep_boilerplate(snapshots, message)
                 continue
             if isinstance(message, DecisionEvent) and message.subject_source is None:
-                self._apply_decision(ledger, message, out)
+                if self._apply_decision(ledger, message, out):
+                    kept.put(decision_key(message), Retained(message))
                 continue
             if not isinstance(message, _APPLIED):  # pragma: no cover - routing guarantees the types above
                 raise TypeError(f"source stage cannot handle {type(message).__name__}")
             self._take_statuses(table, message.source_id, arrived.pop(message.source_id, []))
             if isinstance(message, DecisionEvent):
-                applied = self._apply_preference(table, message, out)
+                applied = self._apply_preference(table, kept, message, out)
             else:
-                applied = self._apply_event(table, snapshots, message, out)
+                applied = self._apply_event(table, snapshots, kept, message, out)
             if applied:
                 touched[message.source_id] = None
         for source_id, lists in arrived.items():
@@ -107,6 +112,7 @@ class SourceStage:
         table.flush()
         snapshots.flush()
         ledger.flush()
+        kept.flush()
         return out
 
     @staticmethod
@@ -121,14 +127,15 @@ class SourceStage:
     @staticmethod
     def _apply_decision(
         ledger: Table[DecisionRecord], event: DecisionEvent, out: list[Message | Output]
-    ) -> None:
-        """Keep the newest decision about a pair or a line and pass it on (both contents, or the collection).
+    ) -> bool:
+        """Keep the newest decision about a pair or a line and pass it on (both contents, or the collection);
+        return whether it is newer than the one in force.
 
         This is the ledger that makes a decision apply once: a replay or an older version stops here.
         """
         record = ledger.get_or_new(event.source_id)
         if event.version <= record.version:
-            return
+            return False
         record.version = event.version
         ledger.mark(event.source_id)
         if event.pair is not None:
@@ -145,10 +152,11 @@ class SourceStage:
             kind = event.kind.removeprefix("boilerplate_")
             out.append(LineDecision(event.collection, event.line, kind, event.version))
         out.append(Output("audit", event.subject, decision_audit_value(event)))
+        return True
 
     @staticmethod
     def _apply_preference(
-        table: Table[SourceRecord], event: DecisionEvent, out: list[Message | Output]
+        table: Table[SourceRecord], kept: Table[Retained], event: DecisionEvent, out: list[Message | Output]
     ) -> bool:
         """Apply a prefer/unprefer decision to the source; return whether its contents must hear new attributes."""
         record = table.get(event.source_id)
@@ -159,6 +167,7 @@ class SourceStage:
             return False
         record.preferred_version = event.version
         table.mark(event.source_id)
+        kept.put(decision_key(event), Retained(event))
         out.append(Output("audit", event.subject, decision_audit_value(event)))
         preferred = event.kind == "prefer"
         if preferred == record.preferred:
@@ -176,6 +185,7 @@ class SourceStage:
         self,
         table: Table[SourceRecord],
         snapshots: Table[BoilerplateSnapshot],
+        kept: Table[Retained],
         event: UpsertEvent | DeleteEvent | AclEvent,
         out: list[Message | Output],
     ) -> bool:
@@ -183,17 +193,21 @@ class SourceStage:
         record = table.get_or_new(event.source_id)
         if event.version <= record.version:
             return False
+        key = source_key(event.source_id)
         if isinstance(event, DeleteEvent):
             self._apply_delete(table, record, event, out)
+            kept.put(key, Retained(event))
             return False
         if isinstance(event, AclEvent):
+            _retain_acl(kept, key, event)
             if not self._apply_acl(table, record, event, out):
                 return False
         else:
             self._apply_upsert(table, snapshots, record, event, out)
-        kept = merge_statuses(record.chunks, record.statuses, [])  # those of contents it still holds
-        if kept is not None:
-            record.statuses = kept
+            kept.put(key, Retained(event))
+        statuses = merge_statuses(record.chunks, record.statuses, [])  # those of contents it still holds
+        if statuses is not None:
+            record.statuses = statuses
         return True
 
     @staticmethod
@@ -345,6 +359,17 @@ class SourceStage:
         record.mapped, record.mapped_version = mapped, record.version
         table.mark(source_id)
         out.append(Output("source-mappings", source_id, msgspec.Raw(value)))
+
+
+def _retain_acl(kept: Table[Retained], key: str, event: AclEvent) -> None:
+    """Keep the source's latest upsert with the new ACL and version; a source not live keeps its version alone (a
+    delete at that version leaves an engine exactly as such an ``acl`` event does)."""
+    held = kept.get(key)
+    if held is not None and isinstance(held.event, UpsertEvent):
+        attrs = msgspec.structs.replace(held.event.attrs, acl=event.acl)
+        kept.put(key, Retained(msgspec.structs.replace(held.event, version=event.version, attrs=attrs)))
+    else:
+        kept.put(key, Retained(DeleteEvent(source_id=event.source_id, version=event.version)))
 
 
 def _attrs_update(
