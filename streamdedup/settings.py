@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -19,6 +19,9 @@ from streamdedup.contract.codec import DEFAULT_LIMITS, EventLimits
 from streamdedup.convert import ConvertLimits
 from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
 from streamdedup.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from streamdedup.drivers.kafka.topics import TopicNames
 
 __all__ = ["Settings"]
 
@@ -178,6 +181,12 @@ class Settings(BaseSettings):
     partitions: int = Field(
         8, ge=1, description="Partitions of the internal topics (the unit of parallelism)."
     )
+    generation: int | None = Field(
+        None,
+        ge=1,
+        description="The generation a worker runs (default 1) and readers read (default: the serving one); "
+        "docs/generations.md.",
+    )
     replication_factor: int = Field(
         1, ge=1, description="Replication factor of the topics the worker creates."
     )
@@ -238,6 +247,28 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split("|") if part.strip())
         return value
+
+    def topic_names(self) -> TopicNames:
+        """The topic names of the generation these settings name (generation 1 unless ``generation`` is set)."""
+        from streamdedup.drivers.kafka.topics import TopicNames  # noqa: PLC0415 - settings load no Kafka module
+
+        return TopicNames(self.topic_prefix, self.generation or 1)
+
+    def worker_data_dir(self) -> Path:
+        """Where a worker of this generation keeps its partition stores: a generation after the first has a
+        directory of its own inside ``data_dir``, so generations can share a machine and a data directory."""
+        generation = self.generation or 1
+        return self.data_dir if generation == 1 else self.data_dir / f"generation-{generation}"
+
+    def with_params(self, fingerprint: dict[str, Any]) -> Settings:
+        """These settings with the engine parameters a generation recorded (:meth:`EngineParams.fingerprint`)."""
+        renamed = {"bands": "lsh_bands", "rows": "lsh_rows"}
+        update = {
+            renamed.get(name, name): tuple(value) if isinstance(value, list) else value
+            for name, value in fingerprint.items()
+            if name != "format"
+        }
+        return self.model_copy(update=update)
 
     def event_limits(self) -> EventLimits:
         """Return the bounds on one input event these settings describe."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from streamdedup.cli.decide_commands import decide_app
+from streamdedup.cli.generation_commands import generations_app
 from streamdedup.cli.terminal import err, guard, settings_of
 from streamdedup.errors import StreamDedupError
 
@@ -423,6 +424,7 @@ def review(
 
 
 app.add_typer(decide_app, name="decide")
+app.add_typer(generations_app, name="generations")
 
 
 @app.command()

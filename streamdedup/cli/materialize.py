@@ -23,7 +23,7 @@ from rich.console import Console
 
 from streamdedup.core.output_view import COMPACTED_TOPICS
 from streamdedup.drivers.kafka.admin import partitions_of, start_reader
-from streamdedup.drivers.kafka.topics import TopicNames
+from streamdedup.drivers.kafka.generations import reader_names
 from streamdedup.query.live_view import ViewWriter
 from streamdedup.query.output_file import Applier, OutputFile
 from streamdedup.settings import Settings
@@ -92,7 +92,7 @@ async def materialize_topics(
     Without ``follow``, return once every partition is read to the end it had at the start. With it, keep going
     until ``stop`` is set (or SIGTERM / Ctrl-C), and pick up the topics once they exist.
     """
-    names = TopicNames(settings.topic_prefix)
+    names = await reader_names(settings)
     by_name = {names.output(t): t for t in topics}
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -21,10 +21,18 @@ __all__ = ["worker_command"]
 
 
 def worker_command(settings: Settings, loglevel: str) -> None:
-    """Create the topics, check the engine parameters, and run the Faust worker until it is stopped."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    """Create the topics, check the engine parameters, and run the Faust worker until it is stopped.
+
+    A worker of a generation after the first (``STREAMDEDUP_GENERATION``) takes its engine parameters from the
+    deployment's registry (docs/generations.md) before it opens anything."""
+    if (settings.generation or 1) > 1:
+        from streamdedup.drivers.kafka.generations import generation_settings
+
+        settings = asyncio.run(generation_settings(settings))
+    data_dir = settings.worker_data_dir()
+    data_dir.mkdir(parents=True, exist_ok=True)
     stores = PartitionStores.of_worker(
-        settings.data_dir, settings.engine_params(), state_cache_mb=settings.state_cache_mb
+        data_dir, settings.engine_params(), state_cache_mb=settings.state_cache_mb
     )
     stores.open_found()
     try:
@@ -34,7 +42,11 @@ def worker_command(settings: Settings, loglevel: str) -> None:
 
             async def prepare() -> None:
                 await ensure_topics(settings)
-                await check_engine_params(settings)
+                if (settings.generation or 1) == 1:
+                    from streamdedup.drivers.kafka.generations import generation_settings
+
+                    await generation_settings(settings)  # refuses a retired generation 1
+                    await check_engine_params(settings)
 
             asyncio.run(prepare())
             app, _ = build_app(settings, stores)

@@ -24,6 +24,7 @@ from streamdedup.core.messages import Output
 from streamdedup.core.output_view import COMPACTED_TOPICS, View
 from streamdedup.drivers.jsonl import read_lines
 from streamdedup.drivers.kafka.admin import ensure_topics, read_to_end
+from streamdedup.drivers.kafka.generations import reader_names
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
 from streamdedup.errors import InvalidEventError
 from streamdedup.settings import Settings
@@ -149,7 +150,7 @@ def _show(value: bytes | None) -> Any:
 
 
 async def _tail(settings: Settings, topic: str, follow: bool, limit: int | None) -> None:
-    names = TopicNames(settings.topic_prefix)
+    names = await reader_names(settings)
     full = (
         names.output(topic) if not topic.startswith(settings.topic_prefix) and topic != "documents" else topic
     )
@@ -215,8 +216,9 @@ def tail_command(settings: Settings, topic: str, follow: bool, limit: int | None
 
 
 async def materialize(settings: Settings) -> View:
-    """Read the compacted output topics from the beginning and return the downstream view."""
-    names = TopicNames(settings.topic_prefix)
+    """Read the compacted output topics from the beginning and return the downstream view (of the generation the
+    settings name, else of the serving one)."""
+    names = await reader_names(settings)
     topics = {names.output(t): t for t in COMPACTED_TOPICS}
     view = View()
     async for topic, _, _, key, value, _ in read_to_end(settings, list(topics)):

@@ -46,4 +46,4 @@ def test_bad_parameters_are_refused(kwargs):
 
 def test_fingerprint_names_format_and_banding():
     data = EngineParams().fingerprint()
-    assert data["format"] == 10 and data["bands"] == 21 and data["canonical_policy"][0] == "authority"
+    assert data["format"] == 11 and data["bands"] == 21 and data["canonical_policy"][0] == "authority"

@@ -19,7 +19,7 @@ from streamdedup.core.messages import STAGES
 from streamdedup.core.model import InputEvent
 from streamdedup.core.output_view import OUTPUT_TOPICS
 from streamdedup.core.params import describe_mismatch
-from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames, topic_config
+from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, topic_config
 from streamdedup.errors import ConfigurationError, StateMismatchError, StreamDedupError
 from streamdedup.settings import Settings
 
@@ -42,10 +42,10 @@ class KafkaUnavailableError(StreamDedupError):
 
 
 def _wanted_topics(settings: Settings) -> dict[str, tuple[int, dict[str, str]]]:
-    names = TopicNames(settings.topic_prefix)
+    names = settings.topic_names()
     wanted: dict[str, tuple[int, dict[str, str]]] = {
         names.documents: (settings.partitions, {"max.message.bytes": str(MAX_MESSAGE_BYTES)}),
-        f"{settings.topic_prefix}engine-params": (1, {"cleanup.policy": "compact"}),
+        names.registry: (1, {"cleanup.policy": "compact"}),
     }
     for stage in STAGES:
         wanted[names.stage(stage)] = (settings.partitions, {"max.message.bytes": str(MAX_MESSAGE_BYTES)})
@@ -92,7 +92,7 @@ async def ensure_topics(settings: Settings) -> None:
                 await admin.create_topics(missing)
             logger.info("created topics %s", ", ".join(t.name for t in missing))
             await _wait_for_leaders(admin, [t.name for t in missing])
-        names = TopicNames(settings.topic_prefix)
+        names = settings.topic_names()
         internal = [topic for stage in STAGES for topic in (names.stage(stage), names.changelog(stage))]
         for description in await admin.describe_topics(internal):
             count = len(description.get("partitions", []))
@@ -138,7 +138,7 @@ async def partitions_of(settings: Settings, topics: Iterable[str]) -> dict[str, 
 
 async def consumer_lag(settings: Settings, topics: Iterable[str]) -> int:
     """Return how many messages of ``topics`` the worker group has not yet committed (-1: cannot tell yet)."""
-    names = TopicNames(settings.topic_prefix)
+    names = settings.topic_names()
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers)
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap_servers, enable_auto_commit=False)
     await admin.start()
@@ -192,7 +192,7 @@ async def produce_events(settings: Settings, events: Sequence[InputEvent]) -> No
     except KafkaError as exc:
         raise KafkaUnavailableError(f"cannot reach Kafka at {settings.broker}: {exc}") from exc
     try:
-        topic = TopicNames(settings.topic_prefix).documents
+        topic = settings.topic_names().documents
         sent = [await producer.send(topic, encode_event(e), key=event_key(e).encode("utf-8")) for e in events]
         await asyncio.gather(*sent)
     except KafkaError as exc:
@@ -239,7 +239,7 @@ async def read_to_end(
 
 async def check_engine_params(settings: Settings) -> None:
     """Record the engine parameters of a deployment, or refuse to run under different ones."""
-    topic = f"{settings.topic_prefix}engine-params"
+    topic = settings.topic_names().registry
     wanted = settings.engine_params().fingerprint()
     stored: dict[str, Any] | None = None
     async for _, _, _, _, value, _ in read_to_end(settings, [topic]):

@@ -19,7 +19,6 @@ from faust.web import View
 from streamdedup.core import kernels
 from streamdedup.drivers.kafka.metrics import Metrics
 from streamdedup.drivers.kafka.partitions import PartitionStores
-from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.drivers.kafka.worker import StageWorker
 from streamdedup.settings import Settings
 
@@ -39,11 +38,11 @@ class _App(faust.App):
 def build_app(settings: Settings, stores: PartitionStores | None = None) -> tuple[faust.App, StageWorker]:
     """Build the worker's Faust application and its stage worker from the settings (with ``stores``, the
     worker's partition stores, when they are already being opened)."""
-    names = TopicNames(settings.topic_prefix)
+    names = settings.topic_names()
     app = _App(
         f"{names.group}-app",
         broker=settings.broker,
-        datadir=str(settings.data_dir),
+        datadir=str(settings.worker_data_dir()),
         web_host=settings.web_host,
         web_port=settings.web_port,
         web_bind=settings.web_host,

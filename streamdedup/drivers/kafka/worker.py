@@ -60,7 +60,7 @@ from streamdedup.drivers.kafka.ingest import Ingest
 from streamdedup.drivers.kafka.metrics import Metrics
 from streamdedup.drivers.kafka.offsets import CommittedOffsets
 from streamdedup.drivers.kafka.partitions import PartitionStore, PartitionStores, recover
-from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES, TopicNames
+from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES
 from streamdedup.errors import StateError
 from streamdedup.settings import Settings
 from streamdedup.store.base import Transaction
@@ -108,7 +108,7 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         self.metrics = metrics
         self.engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
         self.limits = settings.event_limits()
-        self.names = TopicNames(settings.topic_prefix)
+        self.names = settings.topic_names()
         feeds = load_feeds(settings.feeds, self.limits) if settings.feeds is not None else None
         #: The input topics, each with its change-event decoder (None: the contract's documents topic).
         self.inputs: dict[str, FeedDecoder | None] = {
@@ -123,7 +123,7 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
             stores
             if stores is not None
             else PartitionStores.of_worker(
-                settings.data_dir, settings.engine_params(), state_cache_mb=settings.state_cache_mb
+                settings.worker_data_dir(), settings.engine_params(), state_cache_mb=settings.state_cache_mb
             )
         )
         if self.stores.records is not None:
