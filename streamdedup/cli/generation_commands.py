@@ -137,7 +137,7 @@ def retire(
     ctx: typer.Context,
     generation: Annotated[int, typer.Argument(help="The generation to retire (not the serving one).")],
 ) -> None:
-    """Retire a generation: delete its topics; its workers stop and remove their stores."""
+    """Retire a generation whose workers are stopped: delete its topics; its workers refuse to start again."""
     from streamdedup.drivers.kafka.generations import retire_generation
 
     settings = settings_of(ctx)

@@ -29,6 +29,7 @@ from streamdedup.core.messages import Output
 from streamdedup.core.output_view import COMPACTED_TOPICS
 from streamdedup.drivers.kafka.admin import KafkaUnavailableError
 from streamdedup.drivers.kafka.delivery import FaultPoints
+from streamdedup.drivers.kafka.generations import reader_names
 from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.errors import ConfigurationError
 from streamdedup.index import open_sink
@@ -169,7 +170,10 @@ async def _index_topics(
     except KafkaError as exc:
         raise KafkaUnavailableError(f"cannot reach Kafka at {settings.broker}: {exc}") from exc
     try:
-        review = TopicNames(settings.topic_prefix).output("review")
+        names = await reader_names(settings)
+        _refuse_other_generations(settings, writer, names.generation)
+        settings = settings.model_copy(update={"generation": names.generation})  # the one read at the start
+        review = names.output("review")
         applier = _TopicApplier(writer, producer, review, metrics, FaultPoints(settings.fault_kill_at))
         # audit too: the reviewers' decisions, so that a pair kept separate is never flagged again.
         await materialize_topics(
@@ -177,6 +181,19 @@ async def _index_topics(
         )
     finally:
         await producer.stop()
+
+
+def _refuse_other_generations(settings: Settings, writer: IndexWriter, generation: int) -> None:
+    """An index holds the rows of one generation's outputs: refuse to mix another's into it."""
+    for other in range(1, generation + 8):
+        if other == generation:
+            continue
+        topic = TopicNames(settings.topic_prefix, other).output("canonical-chunks")
+        if any(writer.progress(f"kafka:{topic}:{p}") is not None for p in range(settings.partitions)):
+            raise ConfigurationError(
+                f"this index holds generation {other}'s chunks, and generation {generation} is the one to read: "
+                "index it into a new directory (docs/generations.md), or set STREAMDEDUP_GENERATION"
+            )
 
 
 def index_command(

@@ -137,11 +137,15 @@ def test_a_new_generation_is_built_beside_the_serving_one_with_no_event_sent_aga
         assert view(deployment, None) == second
         refused = cli(deployment, "generations", "retire", "2")
         assert refused.returncode == 1 and "serves the readers" in refused.stderr
+        running = cli(deployment, "generations", "retire", "1")
+        assert running.returncode == 1 and "still has 1 worker(s) running" in " ".join(running.stderr.split())
         deployment.workers[0].stop()
         retired = cli(deployment, "generations", "retire", "1")
         assert retired.returncode == 0, retired.stderr
         old = TopicNames(deployment.prefix, 1)
         assert asyncio.run(partitions_of(deployment.settings, old.own())) == {}
         assert view(deployment, None) == second
+        again = deployment.start_worker(name="g1-again")
+        assert again.wait_for_exit() == 1 and "generation 1 was retired" in again.tail()
     finally:
         deployment.stop()

@@ -392,9 +392,17 @@ async def switch_generation(settings: Settings, number: int, *, force: bool = Fa
     await _write(settings, {b"serving": json.dumps({"generation": number}).encode()})
 
 
+async def _members(settings: Settings, group: str) -> int:
+    """How many consumers the group has now."""
+    async with _Kafka(settings) as kafka:
+        (response,) = await kafka.admin.describe_consumer_groups([group])
+        groups = response.to_object()["groups"]
+        return len(groups[0]["members"]) if groups else 0
+
+
 async def retire_generation(settings: Settings, number: int) -> list[str]:
-    """Retire a generation that does not serve: delete its topics and mark it retired (its workers then stop and
-    remove their stores); return the topics deleted."""
+    """Retire a generation that neither serves nor runs: mark it retired (its workers refuse to start again) and
+    delete its topics; return the topics deleted."""
     registry = await read_registry(settings)
     found = registry.generations.get(number)
     if found is None or found.status == "retired":
@@ -403,8 +411,14 @@ async def retire_generation(settings: Settings, number: int) -> list[str]:
         raise ConfigurationError(
             f"generation {number} serves the readers: switch them to another first ('streamdedup generations switch')"
         )
-    await _put(settings, msgspec.structs.replace(found, status="retired"))
     names = TopicNames(settings.topic_prefix, number)
+    running = await _members(settings, names.group)
+    if running:
+        raise ConfigurationError(
+            f"generation {number} still has {running} worker(s) running: stop them first (their data directories "
+            "can then be removed)"
+        )
+    await _put(settings, msgspec.structs.replace(found, status="retired"))
     existing = await partitions_of(settings, names.own())
     if existing:
         admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=15000)
