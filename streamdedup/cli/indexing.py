@@ -11,11 +11,15 @@ the output file itself), so a crash repeats a flag rather than losing it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
+import shutil
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from rich.console import Console
@@ -27,13 +31,16 @@ from streamdedup.cli.progress import progress_bar
 from streamdedup.contract.codec import encode_output_lines, encode_output_value
 from streamdedup.core.messages import Output
 from streamdedup.core.output_view import COMPACTED_TOPICS
-from streamdedup.drivers.kafka.admin import KafkaUnavailableError
+from streamdedup.drivers.kafka.admin import KafkaUnavailableError, partitions_of, start_reader
 from streamdedup.drivers.kafka.delivery import FaultPoints
-from streamdedup.drivers.kafka.generations import reader_names
+from streamdedup.drivers.kafka.generations import read_registry
 from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.errors import ConfigurationError
 from streamdedup.index import open_sink
-from streamdedup.index.embeddings import embedder_from_spec
+from streamdedup.index.catalog import updating
+from streamdedup.index.embeddings import Embedder, embedder_from_spec
+from streamdedup.index.lancedb import drop_table
+from streamdedup.index.sink import Sink
 from streamdedup.index.writer import IndexCounters, IndexWriter
 from streamdedup.query.live_view import Record
 from streamdedup.query.output_file import OutputFile
@@ -161,39 +168,243 @@ class _TopicApplier:
         await asyncio.gather(*sent)
 
 
+@dataclass
+class _Build:
+    """One table of the index being kept up to date: a generation's outputs, embedded by this process's model."""
+
+    generation: int
+    table: str
+    writer: IndexWriter
+    sink: Sink
+    task: asyncio.Task[None] | None = None
+
+
+class _Builds:
+    """The tables this process keeps, one per generation it reads, with the serving one chosen in the catalog."""
+
+    def __init__(
+        self, settings: Settings, into: str, state: Path | None, embedder: Embedder, console: Console
+    ) -> None:
+        self.settings, self.into, self.state, self.embedder, self.console = (
+            settings,
+            into,
+            state,
+            embedder,
+            console,
+        )
+        self.directory = index_directory(into)
+        self.builds: dict[int, _Build] = {}
+
+    def open(self, generation: int, params: dict[str, object] | None = None) -> _Build:
+        """Open (creating it in the catalog) the table of ``generation``'s outputs for this process's model."""
+        found = self.builds.get(generation)
+        if found is not None:
+            return found
+        with updating(self.directory) as catalog:
+            table = catalog.table_for(generation, self.embedder.model_id)
+            entry = catalog.tables[table]
+        writer_dir = self._writer_directory(table, entry.writer)
+        sink = open_sink(self.into, self.embedder.dimensions, model=self.embedder.model_id, table=table)
+        settings = self.settings if params is None else self.settings.with_params(params)
+        try:
+            writer = IndexWriter(
+                writer_dir,
+                sink,
+                self.embedder,
+                semantic_threshold=settings.semantic_threshold,
+                params=settings.engine_params(),
+                vector_source=functools.partial(self._borrow, generation),
+            )
+        except BaseException:
+            sink.close()
+            raise
+        build = self.builds[generation] = _Build(generation, table, writer, sink)
+        return build
+
+    def _writer_directory(self, table: str, relative: str) -> Path:
+        if self.state is None:
+            return self.directory / relative
+        return self.state if table == "chunks" else self.state.with_name(f"{self.state.name}-{table}")
+
+    def _borrow(self, generation: int, hashes: Sequence[str]) -> dict[str, bytes]:
+        """Vectors another generation's table of the same model already has (a text is embedded once, ever)."""
+        found: dict[str, bytes] = {}
+        for other in self.builds.values():
+            if other.generation != generation and len(found) < len(hashes):
+                found.update(other.writer.cached_vectors([h for h in hashes if h not in found]))
+        return found
+
+    def serve(self, build: _Build) -> None:
+        """Name ``build``'s table in the catalog as the one readers query (never an older table over a newer)."""
+        with updating(self.directory) as catalog:
+            before = catalog.serving
+            serving = catalog.serve(build.table)
+        if serving and before != build.table:
+            self.console.print(f"readers now query table {build.table} (generation {build.generation})")
+
+    def retire(self, generation: int) -> None:
+        """Drop a retired generation's table and writer directory (unless its table still serves)."""
+        build = self.builds.pop(generation)
+        build.writer.close()
+        build.sink.close()
+        with updating(self.directory) as catalog:
+            if catalog.serving == build.table:
+                return
+            entry = catalog.tables.pop(build.table)
+        drop_table(self.directory, build.table)
+        shutil.rmtree(self._writer_directory(build.table, entry.writer), ignore_errors=True)
+        self.console.print(f"generation {generation} retired: table {build.table} dropped")
+
+    def close(self) -> None:
+        for build in self.builds.values():
+            build.writer.close()
+            build.sink.close()
+
+    @property
+    def totals(self) -> IndexCounters:
+        """The counters of every table, added up."""
+        found = [b.writer.totals for b in self.builds.values()]
+        return IndexCounters(
+            **{f.name: sum(getattr(t, f.name) for t in found) for f in fields(IndexCounters)}
+        )
+
+
+def index_directory(into: str) -> Path:
+    """The directory an index URI names."""
+    _, separator, rest = into.partition("://")
+    if not separator or not rest:
+        raise ConfigurationError(f"unsupported index {into!r}: expected lancedb://DIR")
+    return Path(rest).expanduser()
+
+
+_READ = (*COMPACTED_TOPICS, "audit")
+
+
+async def _index_lag(settings: Settings, writer: IndexWriter) -> int:
+    """Records of a generation's output topics the writer has not applied yet."""
+    names = settings.topic_names()
+    topics = [names.output(t) for t in _READ]
+    found = await partitions_of(settings, topics)
+    partitions = [TopicPartition(t, p) for t, parts in found.items() for p in parts]
+    consumer = await start_reader(settings)
+    try:
+        ends = await consumer.end_offsets(partitions) if partitions else {}
+    finally:
+        await consumer.stop()
+    return sum(
+        max(0, end - int(writer.progress(f"kafka:{tp.topic}:{tp.partition}") or b"0"))
+        for tp, end in ends.items()
+    )
+
+
+class _TopicIndexer:
+    """Keeps a table per generation the deployment has (or the one STREAMDEDUP_GENERATION names), each reading its
+    own output topics; the serving generation's table serves once it has applied its topics to their end.
+    Following, a new generation gets its table as it appears, and a retired one's table is dropped."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        builds: _Builds,
+        producer: AIOKafkaProducer,
+        metrics: IndexMetrics,
+        shown: Callable[[int], None],
+    ) -> None:
+        self.settings, self.builds, self.producer, self.metrics, self.shown = (
+            settings,
+            builds,
+            producer,
+            metrics,
+            shown,
+        )
+        self.stop = asyncio.Event()
+        self.faults = FaultPoints(settings.fault_kill_at)
+
+    def start(self, generation: int, params: dict[str, object] | None, follow: bool) -> None:
+        build = self.builds.open(generation, params)
+        names = TopicNames(self.settings.topic_prefix, generation)
+        own = self.settings.model_copy(update={"generation": generation})
+        applier = _TopicApplier(
+            build.writer, self.producer, names.output("review"), self.metrics, self.faults
+        )
+        # audit too: the reviewers' decisions, so that a pair kept separate is never flagged again.
+        build.task = asyncio.create_task(
+            materialize_topics(own, applier, follow=follow, on_batch=self.shown, topics=_READ, stop=self.stop)
+        )
+
+    async def wanted(self) -> tuple[dict[int, dict[str, object] | None], int]:
+        """The generations to index (with their parameters; None: the settings') and the serving one."""
+        if self.settings.generation is not None:
+            return {self.settings.generation: None}, self.settings.generation
+        registry = await read_registry(self.settings)
+        live = {g.generation: (None if g.generation == 1 else g.params) for g in registry.live()}
+        return (live or {1: None}), registry.serving
+
+    async def once(self) -> None:
+        """Index every generation's topics to their end; then the serving one's table serves."""
+        generations, serving = await self.wanted()
+        for generation, params in sorted(generations.items()):
+            self.start(generation, params, follow=False)
+        await asyncio.gather(*(b.task for b in self.builds.builds.values() if b.task is not None))
+        if serving in self.builds.builds:
+            self.builds.serve(self.builds.builds[serving])
+
+    async def follow(self) -> None:
+        """Keep every generation's table up to date until stopped (SIGTERM, Ctrl-C)."""
+        generations, _ = await self.wanted()
+        for generation, params in sorted(generations.items()):
+            self.start(generation, params, follow=True)
+        while not self.stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), timeout=1.0)
+            await self.step()
+
+    async def step(self) -> None:
+        """Start the tables of new generations, drop those of retired ones, and serve the serving one's at lag 0."""
+        for build in self.builds.builds.values():
+            if build.task is not None and build.task.done() and not build.task.cancelled():
+                failure = build.task.exception()
+                if failure is not None:
+                    raise failure
+        generations, serving = await self.wanted()
+        for generation, params in sorted(generations.items()):
+            if generation not in self.builds.builds:
+                self.start(generation, params, follow=True)
+        for generation in [g for g in self.builds.builds if g not in generations]:
+            task = self.builds.builds[generation].task
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            self.builds.retire(generation)
+        current = self.builds.builds.get(serving)
+        if current is not None:
+            own = self.settings.model_copy(update={"generation": serving})
+            if await _index_lag(own, current.writer) == 0:
+                self.builds.serve(current)
+
+    async def close(self) -> None:
+        self.stop.set()
+        for build in self.builds.builds.values():
+            if build.task is not None and not build.task.done():
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await build.task
+
+
 async def _index_topics(
-    settings: Settings, writer: IndexWriter, follow: bool, metrics: IndexMetrics, shown: Callable[[int], None]
+    settings: Settings, builds: _Builds, follow: bool, metrics: IndexMetrics, shown: Callable[[int], None]
 ) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, acks="all")
     try:
         await producer.start()
     except KafkaError as exc:
         raise KafkaUnavailableError(f"cannot reach Kafka at {settings.broker}: {exc}") from exc
+    indexer = _TopicIndexer(settings, builds, producer, metrics, shown)
     try:
-        names = await reader_names(settings)
-        _refuse_other_generations(settings, writer, names.generation)
-        settings = settings.model_copy(update={"generation": names.generation})  # the one read at the start
-        review = names.output("review")
-        applier = _TopicApplier(writer, producer, review, metrics, FaultPoints(settings.fault_kill_at))
-        # audit too: the reviewers' decisions, so that a pair kept separate is never flagged again.
-        await materialize_topics(
-            settings, applier, follow=follow, on_batch=shown, topics=(*COMPACTED_TOPICS, "audit")
-        )
+        await (indexer.follow() if follow else indexer.once())
     finally:
+        await indexer.close()
         await producer.stop()
-
-
-def _refuse_other_generations(settings: Settings, writer: IndexWriter, generation: int) -> None:
-    """An index holds the rows of one generation's outputs: refuse to mix another's into it."""
-    for other in range(1, generation + 8):
-        if other == generation:
-            continue
-        topic = TopicNames(settings.topic_prefix, other).output("canonical-chunks")
-        if any(writer.progress(f"kafka:{topic}:{p}") is not None for p in range(settings.partitions)):
-            raise ConfigurationError(
-                f"this index holds generation {other}'s chunks, and generation {generation} is the one to read: "
-                "index it into a new directory (docs/generations.md), or set STREAMDEDUP_GENERATION"
-            )
 
 
 def index_command(
@@ -209,51 +420,52 @@ def index_command(
     started = time.monotonic()
     with console.status("loading the embedding model"):
         embedder = embedder_from_spec(settings.embedder)
-    sink = open_sink(into, embedder.dimensions, model=embedder.model_id)
     metrics = IndexMetrics(settings.index_port if follow else None)
+    builds = _Builds(settings, into, state, embedder, console)
     try:
-        with IndexWriter(
-            writer_directory(into, state),
-            sink,
-            embedder,
-            semantic_threshold=settings.semantic_threshold,
-            params=settings.engine_params(),
-        ) as writer:
+        if source is not None:
+            build = builds.open(settings.generation or 1)
+            writer = build.writer
             first = writer.totals
 
             def described(records: int) -> str:
                 done = writer.totals
                 return f"{records:,} records, {done.embedded - first.embedded:,} texts embedded, {done.rows:,} rows"
 
-            if source is not None:
-                faults = FaultPoints(settings.fault_kill_at)
-                reader = OutputFile(source, _FileApplier(writer, reviews or source, metrics, faults))
-                with progress_bar(console, DownloadColumn(), label="index") as bar:
-                    task = bar.add_task(source.name, total=source.stat().st_size, completed=reader.position())
+            faults = FaultPoints(settings.fault_kill_at)
+            reader = OutputFile(source, _FileApplier(writer, reviews or source, metrics, faults))
+            with progress_bar(console, DownloadColumn(), label="index") as bar:
+                task = bar.add_task(source.name, total=source.stat().st_size, completed=reader.position())
 
-                    def moved(records: int) -> None:
-                        bar.update(
-                            task,
-                            completed=reader.position(),
-                            total=max(source.stat().st_size, reader.position()),
-                            description=described(records),
-                        )
-
-                    read_file(reader, follow, moved, console, into)
-            else:
-                with console.status("indexing") as status:
-                    asyncio.run(
-                        _index_topics(
-                            settings,
-                            writer,
-                            follow,
-                            metrics,
-                            lambda n: status.update(f"indexing: {described(n)}"),
-                        )
+                def moved(records: int) -> None:
+                    bar.update(
+                        task,
+                        completed=reader.position(),
+                        total=max(source.stat().st_size, reader.position()),
+                        description=described(records),
                     )
+
+                read_file(reader, False, moved, console, into)
+                builds.serve(build)  # the file read to its end: the table is complete
+                if follow:
+                    read_file(reader, True, moved, console, into)
             totals = writer.totals
+        else:
+            first = builds.totals
+
+            def counted(records: int) -> str:
+                done = builds.totals
+                return f"{records:,} records, {done.embedded - first.embedded:,} texts embedded, {done.rows:,} rows"
+
+            with console.status("indexing") as status:
+                asyncio.run(
+                    _index_topics(
+                        settings, builds, follow, metrics, lambda n: status.update(f"indexing: {counted(n)}")
+                    )
+                )
+            totals = builds.totals
     finally:
-        sink.close()
+        builds.close()
     console.print(index_summary(first, totals, time.monotonic() - started))
     return totals
 
@@ -266,6 +478,7 @@ def index_summary(first: IndexCounters, totals: IndexCounters, seconds: float) -
     table.add_column("all runs", justify="right")
     for label, name in (
         ("embedding calls made", "embedded"),
+        ("vectors reused from another table", "reused"),
         ("rows written", "rows_written"),
         ("metadata-only updates", "metadata_updates"),
         ("rows deleted", "rows_deleted"),

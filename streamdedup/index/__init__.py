@@ -30,7 +30,7 @@ __all__ = ["SCHEMES", "open_sink"]
 SCHEMES = ("lancedb",)
 
 
-def open_sink(uri: str, dimensions: int, *, model: str | None = None) -> Sink:
+def open_sink(uri: str, dimensions: int, *, model: str | None = None, table: str | None = None) -> Sink:
     """Open the sink a URI names, for vectors of ``dimensions``: ``lancedb://DIR`` is a LanceDB directory.
 
     An existing table of vectors of another length, or of another ``model`` when one is given, is refused.
@@ -47,4 +47,6 @@ def open_sink(uri: str, dimensions: int, *, model: str | None = None) -> Sink:
     # Imported here so that a program that never opens a LanceDB sink never loads lancedb.
     from streamdedup.index.lancedb import LanceDBSink  # noqa: PLC0415
 
-    return LanceDBSink(Path(rest).expanduser(), dimensions, model=model)
+    if table is None:
+        return LanceDBSink(Path(rest).expanduser(), dimensions, model=model)
+    return LanceDBSink(Path(rest).expanduser(), dimensions, model=model, table=table)

@@ -39,7 +39,7 @@ from lancedb.table import LanceTable
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError, StreamDedupError
 from streamdedup.index.sink import Match, Row, Vectors
 
-__all__ = ["FORMAT", "TABLE", "LanceDBSink", "schema"]
+__all__ = ["FORMAT", "TABLE", "LanceDBSink", "drop_table", "schema"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +122,14 @@ def _row(values: dict[str, Any]) -> Row:
     )
 
 
+def drop_table(directory: Path, table: str) -> None:
+    """Remove a table of the index directory (one that no longer serves: streamdedup.index.catalog)."""
+    with _calling("drop a table", directory):
+        lancedb.connect(directory).drop_table(table)
+
+
 class LanceDBSink:
-    """A :class:`~streamdedup.index.sink.Sink` on the table ``chunks`` of a local LanceDB directory.
+    """A :class:`~streamdedup.index.sink.Sink` on a table (``chunks`` unless told) of a local LanceDB directory.
 
     ``model``, when given, must be the model of the rows the table already holds. ``optimize_every`` writes (0:
     never) are followed by :meth:`optimize`, which keeps versions younger than ``keep_versions``.
@@ -135,6 +141,7 @@ class LanceDBSink:
         dimensions: int,
         *,
         model: str | None = None,
+        table: str = TABLE,
         optimize_every: int = 100,
         keep_versions: timedelta = timedelta(minutes=10),
     ) -> None:
@@ -146,6 +153,7 @@ class LanceDBSink:
             # LanceDB would remove the version a concurrent reader is reading.
             raise ConfigurationError(f"keep_versions must be longer than zero, not {keep_versions}")
         self.directory = Path(directory)
+        self.name = table
         self._dimensions = dimensions
         self._optimize_every = optimize_every
         self._keep_versions = keep_versions
@@ -153,16 +161,16 @@ class LanceDBSink:
         with _calling("open the index", self.directory):
             self._db = lancedb.connect(self.directory)
             try:
-                table = self._db.open_table(TABLE)
+                found = self._db.open_table(table)
             except ValueError:  # no such table yet
-                table = self._db.create_table(TABLE, schema=schema(dimensions))
-                table.create_index("chunk_id", config=BTree())
+                found = self._db.create_table(table, schema=schema(dimensions))
+                found.create_index("chunk_id", config=BTree())
                 logger.info(
-                    "created the index table %s in %s (%d dimensions)", TABLE, self.directory, dimensions
+                    "created the index table %s in %s (%d dimensions)", table, self.directory, dimensions
                 )
-        if not isinstance(table, LanceTable):  # what a local directory always gives
+        if not isinstance(found, LanceTable):  # what a local directory always gives
             raise StateError(f"{self.directory} is not a local LanceDB directory")
-        self.table: LanceTable = table
+        self.table: LanceTable = found
         self._check_layout()
         stored = self._stored_model()
         self._model = stored or model
@@ -177,7 +185,7 @@ class LanceDBSink:
         layout = (found.metadata or {}).get(_FORMAT_KEY)
         if layout != FORMAT.encode():
             raise StateMismatchError(
-                f"the table {TABLE!r} in {self.directory} is not a streamdedup index of layout {FORMAT} "
+                f"the table {self.name!r} in {self.directory} is not a streamdedup index of layout {FORMAT} "
                 f"(its layout: {None if layout is None else layout.decode()!r}); index into an empty directory"
             )
         size = found.field("vector").type.list_size

@@ -78,6 +78,7 @@ logger = logging.getLogger(__name__)
 _IDENTITY = "index:model"
 _COUNTERS = "index:counters"
 _EMBEDDED = "index:embedded"
+_REUSED = "index:reused"
 _VECTOR = "vector:"
 # The content types whose markup the engine strips before hashing, tried in this order to find a text's norm.
 _CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
@@ -87,7 +88,9 @@ _CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
 class IndexCounters:
     """What the index writer has done, cumulative, and what the index holds.
 
-    ``embedded`` counts texts sent to the embedder (one per distinct text, ever); ``rows_written`` rows written
+    ``embedded`` counts texts sent to the embedder (one per distinct text, ever); ``reused`` texts whose vector
+    came from another table's writer by content hash instead (a table of another generation, same model: the
+    embedding calls a rebuilt index saved); ``rows_written`` rows written
     with a vector (a chunk indexed, or given another text); ``metadata_updates`` rows whose other fields changed
     in place; ``rows_deleted`` rows deleted; ``review_flags`` semantic flags raised. ``positions`` is the number
     of live source positions in the view and ``rows`` the number of rows in the index.
@@ -97,6 +100,7 @@ class IndexCounters:
     """
 
     embedded: int = 0
+    reused: int = 0
     rows_written: int = 0
     metadata_updates: int = 0
     rows_deleted: int = 0
@@ -115,19 +119,17 @@ class IndexCounters:
         return self.positions - self.rows
 
     def to_json(self) -> bytes:
-        """Serialize the counters (``embedded`` apart: it is stored with the vectors)."""
+        """Serialize the counters (``embedded`` and ``reused`` apart: they are stored with the vectors)."""
         data = asdict(self)
-        del data["embedded"]
+        del data["embedded"], data["reused"]
         return json.dumps(data, sort_keys=True).encode()
 
     @classmethod
-    def from_json(cls, raw: bytes | None, embedded: int) -> IndexCounters:
+    def from_json(cls, raw: bytes | None, embedded: int, reused: int = 0) -> IndexCounters:
         """Read counters written by :meth:`to_json` (zeros for None)."""
         data = {} if raw is None else json.loads(raw)
-        known = {f.name for f in fields(cls)}
-        return cls(
-            embedded=embedded, **{k: int(v) for k, v in data.items() if k in known and k != "embedded"}
-        )
+        known = {f.name for f in fields(cls)} - {"embedded", "reused"}
+        return cls(embedded=embedded, reused=reused, **{k: int(v) for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +172,7 @@ class IndexWriter:
         semantic_threshold: float = 0.92,
         semantic_neighbours: int = 5,
         params: EngineParams | None = None,
+        vector_source: Callable[[Sequence[str]], Mapping[str, bytes]] | None = None,
     ) -> None:
         if not 0.0 < semantic_threshold <= 1.0:
             raise ConfigurationError(f"semantic_threshold must be in (0, 1], not {semantic_threshold}")
@@ -192,6 +195,9 @@ class IndexWriter:
         self.semantic_threshold = semantic_threshold
         self.semantic_neighbours = semantic_neighbours
         self.params = params or EngineParams()
+        #: Where vectors not in this writer's cache are looked up by content hash before the embedder is called
+        #: (another table's writer of the same model: :meth:`cached_vectors`).
+        self.vector_source = vector_source
         self.model = embedder.model_id
         self.dimensions = embedder.dimensions
         self.view = ViewWriter(directory)
@@ -223,8 +229,10 @@ class IndexWriter:
                 f"the index writer in {self.view.directory} was built for {json.loads(stored)}, not "
                 f"{json.loads(identity)}; index into an empty directory to change models"
             )
-        embedded = self.view.extra(_EMBEDDED)
-        self._totals = IndexCounters.from_json(self.view.extra(_COUNTERS), int(embedded or b"0"))
+        embedded, reused = self.view.extra(_EMBEDDED), self.view.extra(_REUSED)
+        self._totals = IndexCounters.from_json(
+            self.view.extra(_COUNTERS), int(embedded or b"0"), int(reused or b"0")
+        )
 
     def __enter__(self) -> IndexWriter:
         return self
@@ -300,6 +308,7 @@ class IndexWriter:
         previous = self._totals
         totals = IndexCounters(
             embedded=self._embedded_total(),
+            reused=int(self.view.extra(_REUSED) or b"0"),
             rows_written=previous.rows_written + len(written),
             metadata_updates=previous.metadata_updates + changed,
             rows_deleted=previous.rows_deleted + deleted,
@@ -372,6 +381,11 @@ class IndexWriter:
     def _embedded_total(self) -> int:
         return int(self.view.extra(_EMBEDDED) or b"0")
 
+    def cached_vectors(self, hashes: Sequence[str]) -> dict[str, bytes]:
+        """The vectors this writer's cache holds for ``hashes`` (little-endian float32 bytes), by content hash."""
+        raws = self.view.extras([_VECTOR + h for h in hashes])
+        return {h: raw for h, raw in zip(hashes, raws, strict=True) if raw is not None}
+
     def _vectors(self, texts: Mapping[str, str]) -> tuple[dict[str, Vectors], int]:
         """Return the vector of each text (by content hash) and how many had to be embedded.
 
@@ -391,6 +405,16 @@ class IndexWriter:
                     f"the cached vector of {key} has {vector.shape[0]} values, not {self.dimensions}"
                 )
             found[key] = vector.astype(np.float32)
+        if missing and self.vector_source is not None:
+            borrowed = {k: v for k, v in self.vector_source(missing).items() if len(v) == 4 * self.dimensions}
+            if borrowed:
+                cache = {_VECTOR + key: raw for key, raw in borrowed.items()}
+                cache[_REUSED] = str(int(self.view.extra(_REUSED) or b"0") + len(borrowed)).encode()
+                self.view.put_extras(cache)
+                found.update(
+                    (key, np.frombuffer(raw, dtype="<f4").astype(np.float32)) for key, raw in borrowed.items()
+                )
+                missing = [key for key in missing if key not in borrowed]
         if missing:
             matrix = self._embed([texts[key] for key in missing])
             cache = {_VECTOR + key: matrix[n].astype("<f4").tobytes() for n, key in enumerate(missing)}

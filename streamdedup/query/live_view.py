@@ -261,6 +261,11 @@ class View(_Lookups):
         """Return the extras named ``names``, in order (None for a missing one), with one multi-get."""
         return self._get_many([_EXTRA + name.encode() for name in names])
 
+    def extra_names(self, prefix: str) -> list[str]:
+        """Return the names of the extras that start with ``prefix``, in order."""
+        start = len(_EXTRA)
+        return [key[start:].decode() for key, _ in self._prefixed(_EXTRA + prefix.encode())]
+
 
 class Pending(_Lookups):
     """A batch's changes to a view, staged by :meth:`ViewWriter.stage` and not yet written.

@@ -6,14 +6,17 @@ during the build resumes it; readers switch, and the old generation is retired."
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import lancedb
 import pytest
 
 from streamdedup.cli.topic_io import materialize
@@ -24,6 +27,8 @@ from streamdedup.core.params import EngineParams
 from streamdedup.drivers.kafka.admin import consumer_lag, partitions_of
 from streamdedup.drivers.kafka.generations import generation_status, read_registry
 from streamdedup.drivers.kafka.topics import TopicNames
+from streamdedup.index.catalog import CATALOG, serving_table
+from streamdedup.query.live_view import ViewWriter
 from streamdedup.testing.random_feeds import ParagraphPool, random_feed, with_decisions
 from tests.helpers import run_embedded
 from tests.integration.harness import REPO, Deployment
@@ -149,3 +154,120 @@ def test_a_new_generation_is_built_beside_the_serving_one_with_no_event_sent_aga
         assert again.wait_for_exit() == 1 and "generation 1 was retired" in again.tail()
     finally:
         deployment.stop()
+
+
+def serving_rows(into: Path) -> tuple[str, frozenset[str]]:
+    """The table readers query now, and the chunk ids it holds (as a reader resolves it before each query)."""
+    table = serving_table(into)
+    ids = lancedb.connect(into).open_table(table).search().select(["chunk_id"]).limit(None).to_arrow()
+    return table, frozenset(ids.column("chunk_id").to_pylist())
+
+
+def until(condition, what: str, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.2)
+
+
+def test_the_index_builds_the_new_generation_beside_the_serving_table_and_switches_at_lag_0(
+    kafka_broker: str, tmp_path: Path
+):
+    deployment = Deployment(kafka_broker, tmp_path)
+    events = history(5)[:300]
+    into, log = tmp_path / "index", tmp_path / "embedded.jsonl"
+    env = {
+        **os.environ,
+        **deployment.env,
+        "STREAMDEDUP_EMBEDDER": "callable:tests.integration.embedder:embedder",
+        "STREAMDEDUP_TEST_EMBED_LOG": str(log),
+    }
+    output = (tmp_path / "index.log").open("w")
+    indexer: subprocess.Popen[bytes] | None = None
+    try:
+        deployment.start_worker(name="g1")
+        deployment.produce(events)
+        deployment.wait_until_idle(timeout=300)
+        first = asyncio.run(materialize(deployment.settings.model_copy(update={"generation": 1})))
+        indexer = subprocess.Popen(
+            [sys.executable, "-m", "streamdedup.cli", "index", "--into", f"lancedb://{into}", "--follow"],
+            env=env,
+            cwd=REPO,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
+        until(
+            lambda: (into / CATALOG).exists() and serving_rows(into) == ("chunks", frozenset(first.chunks)),
+            "gen 1",
+        )
+        before = embedded_texts(log)
+
+        # A reader queries every 100 ms while generation 2 is built, switched to and indexed.
+        seen: list[tuple[str, frozenset[str]]] = []
+        done = threading.Event()
+
+        def read() -> None:
+            while not done.is_set():
+                seen.append(serving_rows(into))
+                done.wait(0.1)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        created = cli(deployment, "--set", "threshold=0.85", "generations", "create")
+        assert created.returncode == 0, created.stderr
+        deployment.start_worker(tmp_path / "g2", "g2", env={"STREAMDEDUP_GENERATION": "2"})
+        wait_for_lag_0(deployment, (1, 2))
+        second = asyncio.run(materialize(deployment.settings.model_copy(update={"generation": 2})))
+        assert set(second.chunks) != set(first.chunks)
+
+        def built() -> bool:
+            try:
+                table = lancedb.connect(into).open_table("chunks-2")
+            except ValueError:  # not created yet
+                return False
+            ids = table.search().select(["chunk_id"]).limit(None).to_arrow().column("chunk_id").to_pylist()
+            return set(ids) == set(second.chunks)
+
+        until(built, "generation 2's table")
+        assert serving_table(into) == "chunks"  # built, but readers switch only with the deployment
+        switched = cli(deployment, "generations", "switch", "2")
+        assert switched.returncode == 0, switched.stderr
+        until(lambda: any(table == "chunks-2" for table, _ in seen[-3:]), "the readers' switch")
+        done.set()
+        reader.join()
+
+        # Never a partial table: each query saw generation 1's whole table, then generation 2's.
+        tables = [table for table, _ in seen]
+        assert tables == sorted(tables) and set(tables) == {"chunks", "chunks-2"}
+        assert {ids for table, ids in seen if table == "chunks"} == {frozenset(first.chunks)}
+        assert {ids for table, ids in seen if table == "chunks-2"} == {frozenset(second.chunks)}
+
+        indexer.send_signal(signal.SIGTERM)
+        assert indexer.wait(timeout=120) == 0
+        indexer = None
+        # No text was embedded twice: generation 2's table took the vectors generation 1 had, by content hash.
+        after = embedded_texts(log)[len(before) :]
+        assert not set(after) & set(before) and len(after) == len(set(after))
+        summary = (tmp_path / "index.log").read_text()
+        reused = int(
+            next(line for line in summary.splitlines() if "vectors reused from another table" in line)
+            .split()[-2]
+            .replace(",", "")
+        )
+        with ViewWriter(into / "_writer-chunks-2") as cache:
+            needed = cache.extra_names("vector:")
+        assert reused > 0 and reused + len(after) == len(needed)
+        shared = {c["content_hash"] for c in first.chunks.values()} & {
+            c["content_hash"] for c in second.chunks.values()
+        }
+        assert shared and len(shared) <= reused
+    finally:
+        if indexer is not None:
+            indexer.kill()
+        output.close()
+        deployment.stop()
+
+
+def embedded_texts(log: Path) -> list[str]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
