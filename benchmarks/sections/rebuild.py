@@ -19,14 +19,16 @@ def section(lines: list[str]) -> None:
     lines += [
         f"Machine: {machine_of(result)}. Command: `{result['command']}`.",
         "",
-        f"The docs of five Django releases as a JSONL feed of {result['files']:,} text upserts",
-        f"({result['positions']:,} live chunk positions). Each command runs as a user runs it, timed from launch to",
-        "exit, outputs appended to a file, RocksDB state. The original build runs under the default settings; the",
-        f"rebuild builds a new state under `threshold={threshold}` from the original state's retained record alone;",
-        "the reference runs the feed again under that threshold. Each round runs all three in a rotating order;",
-        f"medians of {result['rounds']} rounds. Every round checks that the rebuild's materialized view and counters",
-        "are the reference's (compacted topics, revisions left out). The machine is shared: beside each run's own",
-        "CPU seconds, the CPU seconds its other processes used while the run went on.",
+        f"The docs of five Django releases as a JSONL feed of {result['files']:,} text upserts "
+        f"({result['positions']:,} live chunk positions).",
+        "Each command runs as a user runs it, timed from launch to exit, outputs appended to a file, RocksDB state.",
+        "The original build runs under the default settings; the rebuild builds a new state under",
+        f"`threshold={threshold}` from the original state's retained record alone; the reference runs the feed again",
+        "under that threshold. Each round runs all three in a rotating order; medians of "
+        f"{result['rounds']} rounds.",
+        "Every round checks that the rebuild's materialized view (compacted topics, revisions left out) and",
+        "counters are the reference's. The machine is shared: beside each run's own CPU seconds, the CPU seconds",
+        "its other processes used while the run went on.",
         "",
         "| run | command | seconds (median) | CPU seconds | others' CPU seconds | each round (s) |",
         "|---|---|---:|---:|---:|---|",
@@ -68,7 +70,9 @@ def section(lines: list[str]) -> None:
         f"- Share of the source family's bytes: {record['share_of_source_family']:.1%}; of every family's "
         f"({sum(families.values()) / MIB:,.1f} MiB): {record['share_of_all_families']:.1%}.",
         f"- The state directory as the run left it: {record['state_disk_bytes'] / MIB:,.1f} MiB; compacted: "
-        f"{record['state_compacted_disk_bytes'] / MIB:,.1f} MiB, of which the record alone, compacted the same way, "
-        f"{record['alone_disk_bytes'] / MIB:,.1f} MiB ({record['alone_share_of_compacted_state']:.1%}).",
+        f"{record['state_compacted_disk_bytes'] / MIB:,.1f} MiB.",
+        f"- The record alone, compacted the same way: {record['alone_disk_bytes'] / MIB:,.1f} MiB "
+        f"({record['alone_share_of_compacted_state']:.1%} of the compacted state; "
+        f"{record['alone_disk_bytes'] / result['positions']:,.0f} bytes per live position).",
         "",
     ]
