@@ -10,7 +10,7 @@ NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name 
 
 .PHONY: setup example test lint docs native-toolchain wheel chromium postgresql clean bench bench-signatures bench-profile \
 	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-cdc \
-	bench-convert bench-report
+	bench-convert bench-rebuild bench-report
 
 # Without cargo the package installs without its compiled kernels and runs its Python ones (the same results, slower).
 $(STAMP): pyproject.toml constraints.txt $(NATIVE_SOURCES)
@@ -102,11 +102,15 @@ bench-cdc: $(BENCH_STAMP)
 ## PDF, DOCX, PPTX, XLSX and cp1252 text beside the same texts in Markdown: conversion alone and `streamdedup run`.
 bench-convert: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.convert_formats
+## A state rebuilt under threshold=0.85 from the retained record of the Django run, beside that run and the feed
+## run under the new threshold, all from launch.
+bench-rebuild: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.rebuild
 ## Rewrite docs/benchmarks.md from benchmarks/results/*.json without running anything.
 bench-report: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.report
 bench: bench-signatures bench-profile bench-engine bench-streaming bench-state bench-popularity bench-dense \
-	bench-retrieval bench-index bench-floor bench-convert
+	bench-retrieval bench-index bench-floor bench-convert bench-rebuild
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis
