@@ -37,7 +37,7 @@ from streamdedup.drivers.kafka.generations import read_registry
 from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.errors import ConfigurationError
 from streamdedup.index import open_sink
-from streamdedup.index.catalog import updating
+from streamdedup.index.catalog import read_catalog, updating
 from streamdedup.index.embeddings import Embedder, embedder_from_spec
 from streamdedup.index.lancedb import drop_table
 from streamdedup.index.sink import Sink
@@ -236,6 +236,8 @@ class _Builds:
 
     def serve(self, build: _Build) -> None:
         """Name ``build``'s table in the catalog as the one readers query (never an older table over a newer)."""
+        if read_catalog(self.directory).serving == build.table:
+            return
         with updating(self.directory) as catalog:
             before = catalog.serving
             serving = catalog.serve(build.table)

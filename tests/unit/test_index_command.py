@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from streamdedup.cli.main import app
 from streamdedup.core.normalize import normalize
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set
+from streamdedup.index.catalog import serving_table
 from streamdedup.index.lancedb import LanceDBSink
 from streamdedup.query.live_view import View
 
@@ -131,3 +132,37 @@ def test_the_metrics_count_what_each_batch_did():
         "streamdedup_index_rows 3.0",
     ):
         assert line in exposed
+
+
+def test_another_embedding_model_builds_a_table_beside_the_serving_one(feed: Path, tmp_path: Path):
+    """A change of model alone: a new table from the live chunks, each distinct text embedded once, serving once
+    complete; the old table is kept, and the old model's writer never takes the readers back."""
+    out, into, log = tmp_path / "out.jsonl", tmp_path / "index", tmp_path / "embedded.jsonl"
+    assert (
+        runner.invoke(
+            app, ["run", str(feed), "--state", str(tmp_path / "state"), "--out", str(out)]
+        ).exit_code
+        == 0
+    )
+    first = runner.invoke(app, ["index", "--into", f"lancedb://{into}", "--from", str(out)])
+    assert first.exit_code == 0, first.output
+    assert serving_table(into) == "chunks"
+    hashed = {
+        "STREAMDEDUP_EMBEDDER": "callable:tests.integration.embedder:embedder",
+        "STREAMDEDUP_TEST_EMBED_LOG": str(log),
+    }
+    second = runner.invoke(app, ["index", "--into", f"lancedb://{into}", "--from", str(out)], env=hashed)
+    assert second.exit_code == 0, second.output
+    assert serving_table(into) == "chunks-2"
+    embedded = [json.loads(line) for line in log.read_text().splitlines()]
+    old = LanceDBSink(into, 384)
+    new = LanceDBSink(into, 64, table="chunks-2")
+    try:
+        assert sorted(new.chunk_ids()) == sorted(old.chunk_ids()) and new.count() == 3
+        assert sorted(embedded) == sorted({row.text for row in new.rows(new.chunk_ids()).values()})
+    finally:
+        old.close()
+        new.close()
+    again = runner.invoke(app, ["index", "--into", f"lancedb://{into}", "--from", str(out)])
+    assert again.exit_code == 0, again.output
+    assert serving_table(into) == "chunks-2"
