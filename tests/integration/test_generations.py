@@ -27,7 +27,7 @@ from streamdedup.core.params import EngineParams
 from streamdedup.drivers.kafka.admin import consumer_lag, partitions_of
 from streamdedup.drivers.kafka.generations import generation_status, read_registry
 from streamdedup.drivers.kafka.topics import TopicNames
-from streamdedup.index.catalog import CATALOG, serving_table
+from streamdedup.index.catalog import read_catalog, serving_table
 from streamdedup.query.live_view import ViewWriter
 from streamdedup.testing.random_feeds import ParagraphPool, random_feed, with_decisions
 from tests.helpers import run_embedded
@@ -198,8 +198,11 @@ def test_the_index_builds_the_new_generation_beside_the_serving_table_and_switch
             stderr=subprocess.STDOUT,
         )
         until(
-            lambda: (into / CATALOG).exists() and serving_rows(into) == ("chunks", frozenset(first.chunks)),
-            "gen 1",
+            lambda: (
+                read_catalog(into).serving == "chunks"
+                and serving_rows(into) == ("chunks", frozenset(first.chunks))
+            ),
+            "generation 1's table",
         )
         before = embedded_texts(log)
 
