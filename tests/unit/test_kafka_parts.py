@@ -33,6 +33,23 @@ def test_topic_names_share_the_prefix():
     assert "cleanup.policy" not in topic_config("audit")
 
 
+def test_each_generation_has_its_own_topics_group_and_stores_and_shares_the_input(tmp_path):
+    first, second = TopicNames("acme.", 1), TopicNames("acme.", 2)
+    assert first.documents == second.documents and first.registry == second.registry
+    assert not set(first.own()) & set(second.own())
+    assert first.group != second.group and first.changelog("source") != second.changelog("source")
+    assert second.documents not in second.own() and second.registry not in second.own()
+    settings = Settings(data_dir=tmp_path, generation=2, topic_prefix="acme.")
+    assert settings.topic_names() == second and settings.worker_data_dir() == tmp_path / "generation-2"
+    assert Settings(data_dir=tmp_path).worker_data_dir() == tmp_path
+
+
+def test_a_generation_runs_under_the_parameters_it_recorded():
+    recorded = Settings(threshold=0.85, shingle_size=3, canonical_policy=("modified_at", "source_id"))
+    params = recorded.engine_params()
+    assert Settings().with_params(params.fingerprint()).engine_params() == params
+
+
 @pytest.mark.parametrize(
     ("broker", "servers"),
     [
