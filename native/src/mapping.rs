@@ -5,9 +5,9 @@ use rustc_hash::FxHashSet as HashSet;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::pybacked::PyBackedBytes;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyBytes, PyString};
-use streamdedup_kernels::mapping::{mapping, merge};
+use streamdedup_kernels::mapping::{mapping, merge, MappedAttrs};
 
 fn malformed(e: streamdedup_kernels::mp::Malformed) -> PyErr {
     PyValueError::new_err(format!("malformed status list: {e}"))
@@ -39,20 +39,31 @@ pub fn merge_statuses<'py>(
 /// The `source-mappings` value as JSON, and the (position, chunk id) of each exact copy whose entry changed.
 type Changed<'py> = (Bound<'py, PyBytes>, Vec<(usize, String)>);
 
-/// source_mapping(source_id, chunks, statuses, version, before, sent)
+/// What a `mapping/v2` record says of its source (`records.MappedAttrs`): readers (sorted), modified_at, uri,
+/// title.
+type Attrs = (
+    Vec<PyBackedStr>,
+    PyBackedStr,
+    Option<PyBackedStr>,
+    Option<PyBackedStr>,
+);
+
+/// source_mapping(source_id, attrs, chunks, statuses, version, before, sent)
 /// --
 ///
 /// A source's mapping (`source.current_mapping`) from ``chunks`` (its content hash per position) and
 /// ``statuses`` (its packed status list), for its ``version``: None until every position's content answered for
 /// that version. Else ``(prints, changed)``: the fingerprint of each entry (8 bytes each), and, unless those equal
 /// ``before`` and ``sent`` says the mapping sent last was for this version, the value of the source's
-/// `source-mappings` record as msgspec writes it in JSON (`records.mapping_of_rows` of each entry's
-/// `records.mapping_row`) with the ``(position, chunk_id)`` of each exact copy whose fingerprint is not what
-/// ``before`` holds for its position.
+/// `source-mappings` record as msgspec writes it in JSON (`records.mapping_of_rows` of ``attrs``, a
+/// `records.MappedAttrs`, and each entry's `records.mapping_row`) with the ``(position, chunk_id)`` of each exact
+/// copy whose fingerprint is not what ``before`` holds for its position.
 #[pyfunction]
+#[allow(clippy::too_many_arguments)]
 pub fn source_mapping<'py>(
     py: Python<'py>,
     source_id: &str,
+    attrs: Attrs,
     chunks: Vec<Bound<'py, PyString>>,
     statuses: &[u8],
     version: i64,
@@ -63,7 +74,16 @@ pub fn source_mapping<'py>(
         .iter()
         .map(|c| c.to_str())
         .collect::<PyResult<Vec<&str>>>()?;
-    let found = mapping(source_id, &chunks, statuses, version, before, sent).map_err(malformed)?;
+    let (acl, modified_at, uri, title) = &attrs;
+    let acl: Vec<&str> = acl.iter().map(|p| &**p).collect();
+    let attrs = MappedAttrs {
+        acl: &acl,
+        modified_at,
+        uri: uri.as_deref(),
+        title: title.as_deref(),
+    };
+    let found =
+        mapping(source_id, &attrs, &chunks, statuses, version, before, sent).map_err(malformed)?;
     Ok(found.map(|m| {
         let changed = m
             .changed
