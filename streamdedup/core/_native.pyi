@@ -55,7 +55,8 @@ def line_update(
 ) -> tuple[bytes, bytes, list[str], int] | None: ...
 def source_mapping(
     source_id: str,
-    attrs: tuple[Sequence[str], str, str | None, str | None],
+    attrs: Any,
+    describe: Callable[[Any], tuple[Sequence[str], str, str | None, str | None]],
     chunks: Sequence[str],
     statuses: bytes,
     version: int,

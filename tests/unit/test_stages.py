@@ -33,7 +33,7 @@ from streamdedup.core.model import AclEvent, DeleteEvent, SourceAttrs, UpsertEve
 from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
-from streamdedup.core.records import MappedAttrs
+from streamdedup.core.records import MappedAttrs, mapped_attrs
 from streamdedup.core.stages.collection import line_hash
 from streamdedup.core.stages.source_chunks import plain_chunks, plain_chunks_in_python
 from streamdedup.core.stages.source_mappings import (
@@ -277,10 +277,10 @@ def _same(a: dict[str, StatusEntry], b: dict[str, StatusEntry]) -> bool:
     return msgspec.msgpack.encode(sorted(a.items())) == msgspec.msgpack.encode(sorted(b.items()))
 
 
-_MAPPED_ATTRS = st.builds(
-    MappedAttrs,
-    acl=st.lists(st.text(max_size=12), max_size=4).map(lambda acl: tuple(sorted(acl))),
-    modified_at=st.text(max_size=30),
+_SOURCE_ATTRS = st.builds(
+    SourceAttrs,
+    acl=st.lists(st.text(max_size=12), max_size=4).map(tuple),
+    modified_at=st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999),
     uri=st.none() | st.text(max_size=30),
     title=st.none() | st.text(max_size=30),
 )
@@ -291,7 +291,7 @@ _MAPPED_ATTRS = st.builds(
     st.dictionaries(_HASHES, _status(st.integers(1, 2)), max_size=6),
     st.binary(max_size=72),
     st.booleans(),
-    _MAPPED_ATTRS,
+    _SOURCE_ATTRS,
     st.data(),
 )
 def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, sent, attrs, data):
@@ -300,17 +300,29 @@ def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, se
         statuses = {**statuses, **{h: data.draw(_status(st.just(version))) for h in chunks}}
     packed = _packed(statuses)
     source_id = data.draw(_HASHES, label="source_id")
+    described: list[SourceAttrs] = []
+
+    def describe(a: SourceAttrs) -> MappedAttrs:
+        described.append(a)
+        return mapped_attrs(a)
+
+    def compiled(prints: bytes, sent: bool) -> typing.Any:
+        return _native.source_mapping(source_id, attrs, describe, chunks, packed, version, prints, sent)
+
     expected = mapping_in_python(source_id, attrs, chunks, packed, version, before, sent)
-    assert _native.source_mapping(source_id, attrs, chunks, packed, version, before, sent) == expected
+    assert compiled(before, sent) == expected
     if expected is None:
         return
     prints, _ = expected
     record = SourceRecord(version=version, chunks=chunks, statuses=packed)
     assert prints == b"".join(_fingerprint(e) for e in current_mapping("", record) or [])
     assert len(prints) == 8 * len(chunks)
-    # Sent for this version and unchanged: nothing to send. Not sent for it: every row again, and no merge.
-    assert _native.source_mapping(source_id, attrs, chunks, packed, version, prints, True) == (prints, None)
-    again = _native.source_mapping(source_id, attrs, chunks, packed, version, prints, False)
+    # Sent for this version and unchanged: nothing to send, and the attributes are not even described. Not sent
+    # for it: every row again, and no merge.
+    described.clear()
+    assert compiled(prints, True) == (prints, None) and described == []
+    again = compiled(prints, False)
+    assert described == [attrs]
     assert again == mapping_in_python(source_id, attrs, chunks, packed, version, prints, False)
     assert again is not None and again[1] is not None and again[1][1] == []
     value = msgspec.json.decode(again[1][0])
@@ -321,8 +333,8 @@ def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, se
     )
     # The source's attributes, as a chunk record's source entries write them: a missing title is left out.
     assert (value["acl"], value["modified_at"], value["uri"], value.get("title")) == (
-        list(attrs.acl),
-        attrs.modified_at,
+        sorted(attrs.acl),
+        format_timestamp(attrs.modified_at),
         attrs.uri,
         attrs.title,
     )

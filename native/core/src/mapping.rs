@@ -250,10 +250,63 @@ fn entries<'a>(
     Some(entries)
 }
 
-/// A source's mapping from `chunks` (its content hash per position) and `statuses` (its packed status list), for
-/// its `version`: None until every position's content answered for that version. Its record is left out when the
-/// fingerprints equal `before` and `sent` says the mapping sent last was for this version. The fingerprints do not
-/// cover `attrs`: a source's attributes change only with its version, and a new version's mapping is always sent.
+/// A source's mapping for one version, before its record is written: each position's entry, and the fingerprint
+/// of each (8 bytes each). Its record is written only when it is to be sent (`Mapped::unchanged`), so a caller
+/// gets the source's attributes only then.
+pub struct Mapped<'a> {
+    entries: Vec<Entry<'a>>,
+    pub prints: Vec<u8>,
+}
+
+impl<'a> Mapped<'a> {
+    /// The mapping from `chunks` (a source's content hash per position) and `statuses` (its packed status list),
+    /// for its `version`: None until every position's content answered for that version.
+    pub fn of(chunks: &[&'a str], statuses: &'a [u8], version: i64) -> Result<Option<Self>> {
+        let told: HashMap<&str, Status<'a>> = read_statuses(statuses)?
+            .into_iter()
+            .map(|s| (s.content_hash, s))
+            .collect();
+        let Some(entries) = entries(chunks, &told, version) else {
+            return Ok(None);
+        };
+        let mut prints = Vec::with_capacity(8 * entries.len());
+        let mut text = String::new();
+        for e in &entries {
+            let print = fingerprint(&mut text, e.content_hash, e.chunk_id, e.relation, e.jaccard);
+            prints.extend_from_slice(&print);
+        }
+        Ok(Some(Mapped { entries, prints }))
+    }
+
+    /// Whether the record need not be sent: the fingerprints equal `before` and `sent` says the mapping sent last
+    /// was for this version. The fingerprints do not cover the source's attributes: they change only with its
+    /// version, and a new version's mapping is always sent.
+    pub fn unchanged(&self, before: &[u8], sent: bool) -> bool {
+        sent && self.prints == before
+    }
+
+    /// The record of the source `source_id` at `version`, with its `attrs`, and the exact copies whose
+    /// fingerprint is not what `before` holds for their position.
+    pub fn record(
+        &self,
+        source_id: &str,
+        attrs: &MappedAttrs<'_>,
+        version: i64,
+        before: &[u8],
+    ) -> MappingRecord {
+        mapping_record(
+            source_id,
+            attrs,
+            version,
+            &self.entries,
+            &self.prints,
+            before,
+        )
+    }
+}
+
+/// A source's mapping in one call (`Mapped`): None until every position's content answered for `version`; its
+/// record is left out when `Mapped::unchanged`.
 pub fn mapping(
     source_id: &str,
     attrs: &MappedAttrs<'_>,
@@ -263,29 +316,14 @@ pub fn mapping(
     before: &[u8],
     sent: bool,
 ) -> Result<Option<Mapping>> {
-    let told: HashMap<&str, Status<'_>> = read_statuses(statuses)?
-        .into_iter()
-        .map(|s| (s.content_hash, s))
-        .collect();
-    let Some(entries) = entries(chunks, &told, version) else {
+    let Some(mapped) = Mapped::of(chunks, statuses, version)? else {
         return Ok(None);
     };
-    let mut prints = Vec::with_capacity(8 * entries.len());
-    let mut text = String::new();
-    for e in &entries {
-        let print = fingerprint(&mut text, e.content_hash, e.chunk_id, e.relation, e.jaccard);
-        prints.extend_from_slice(&print);
-    }
-    if sent && prints == before {
-        return Ok(Some(Mapping {
-            prints,
-            changed: None,
-        }));
-    }
-    let changed = mapping_record(source_id, attrs, version, &entries, &prints, before);
+    let changed =
+        (!mapped.unchanged(before, sent)).then(|| mapped.record(source_id, attrs, version, before));
     Ok(Some(Mapping {
-        prints,
-        changed: Some(changed),
+        prints: mapped.prints,
+        changed,
     }))
 }
 

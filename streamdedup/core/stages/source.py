@@ -27,7 +27,7 @@ from streamdedup.core.messages import (
     SourceStatuses,
 )
 from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, UpsertEvent
-from streamdedup.core.records import audit_value, decision_audit_value, mapped_attrs, review_key
+from streamdedup.core.records import audit_value, decision_audit_value, review_key
 from streamdedup.core.stages.source_chunks import document_chunks, line_keeper, line_update, plain_chunks
 from streamdedup.core.stages.source_mappings import (
     merge_statuses,
@@ -322,7 +322,7 @@ class SourceStage:
         # The mapping, its fingerprints and, if they changed, its record's value, in one call.
         found = source_mapping(
             source_id,
-            mapped_attrs(record.attrs),
+            record.attrs,
             record.chunks,
             record.statuses,
             record.version,
