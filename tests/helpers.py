@@ -7,8 +7,8 @@ import subprocess
 from collections.abc import Sequence
 
 from streamdedup.core.engine import Engine
-from streamdedup.core.messages import RefUpdate, SourceRefs, unpack_refs
-from streamdedup.core.model import InputEvent, SourceAttrs, UpsertEvent
+from streamdedup.core.messages import Output, RefUpdate, SourceRefs, unpack_refs
+from streamdedup.core.model import AclEvent, InputEvent, SourceAttrs, UpsertEvent
 from streamdedup.core.output_view import View
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.memory import MemoryStore
@@ -34,6 +34,44 @@ def upsert(
         acl=acl, modified_at=day * DAY, authority=authority, uri=f"https://example.com/{source_id}"
     )
     return UpsertEvent(source_id=source_id, version=version, attrs=attrs, chunks=tuple(chunks))
+
+
+#: How many sources hold the popular chunk: ten times the sources a chunk record lists by default.
+POPULAR_SOURCES = 1_000
+POPULAR_TEXT = "Rotate the signing keys every ninety days and record each rotation in the security log."
+
+
+def popular_source(n: int) -> str:
+    """Return the id of the ``n``-th source holding the popular chunk (readable by ``u<n>`` alone)."""
+    return f"space-{n:03d}:security/keys"
+
+
+def popular_outputs(engine: Engine) -> tuple[list[Output], list[Output]]:
+    """Return the outputs of :data:`POPULAR_SOURCES` sources holding the popular chunk alone (so that no other chunk
+    record lists them), source ``n`` readable by ``u<n>`` alone, with its own uri and title; and those of an ACL
+    change of the last source, to ``admins``."""
+    events = [
+        UpsertEvent(
+            source_id=popular_source(n),
+            version=1,
+            attrs=SourceAttrs(
+                acl=(f"u{n}",),
+                modified_at=(1 + n % 30) * DAY,
+                uri=f"https://wiki.example/space-{n:03d}/keys",
+                title=f"Key rotation (space {n})",
+            ),
+            chunks=(POPULAR_TEXT,),
+        )
+        for n in range(POPULAR_SOURCES)
+    ]
+    runner = EmbeddedRunner(engine, MemoryStore())
+    written: list[Output] = []
+    for start in range(0, len(events), 250):
+        runner.process(list(events[start : start + 250]), written.extend)
+    last = popular_source(POPULAR_SOURCES - 1)
+    changed: list[Output] = []
+    runner.process([AclEvent(source_id=last, version=2, acl=("admins",))], changed.extend)
+    return written, changed
 
 
 def ref_updates(messages: Sequence[object]) -> list[RefUpdate]:

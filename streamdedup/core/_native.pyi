@@ -54,7 +54,14 @@ def line_update(
     text: str, max_chars: int, others: Sequence[tuple[str, str]], old: bytes
 ) -> tuple[bytes, bytes, list[str], int] | None: ...
 def source_mapping(
-    source_id: str, chunks: Sequence[str], statuses: bytes, version: int, before: bytes, sent: bool
+    source_id: str,
+    attrs: Any,
+    describe: Callable[[Any], tuple[Sequence[str], str, str | None, str | None]],
+    chunks: Sequence[str],
+    statuses: bytes,
+    version: int,
+    before: bytes,
+    sent: bool,
 ) -> tuple[bytes, tuple[bytes, list[tuple[int, str]]] | None] | None: ...
 def merge_statuses(chunks: Sequence[str], statuses: bytes, incoming: Sequence[bytes]) -> bytes | None: ...
 def plain_chunks(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamdedup.core.messages import MemberReport, SourceRef
 from streamdedup.core.model import DecisionEvent, SourceAttrs, format_timestamp
@@ -14,10 +14,12 @@ __all__ = [
     "CHUNK_SCHEMA",
     "DECISION_SCHEMA",
     "MAPPING_SCHEMA",
+    "MappedAttrs",
     "audit_value",
     "chunk_value",
     "decision_audit_value",
     "decision_value",
+    "mapped_attrs",
     "mapping_of_rows",
     "mapping_row",
     "mapping_value",
@@ -27,7 +29,7 @@ __all__ = [
 ]
 
 CHUNK_SCHEMA = "streamdedup.chunk/v2"
-MAPPING_SCHEMA = "streamdedup.mapping/v1"
+MAPPING_SCHEMA = "streamdedup.mapping/v2"
 REVIEW_SCHEMA = "streamdedup.review/v1"
 AUDIT_SCHEMA = "streamdedup.audit/v1"
 DECISION_SCHEMA = "streamdedup.decision/v1"
@@ -104,9 +106,27 @@ def _member_order(policy: CanonicalPolicy, report: MemberReport) -> tuple[Any, .
     return () if report.rank is None else policy.sort_key(report.rank)
 
 
-def mapping_value(source_id: str, version: int, entries: list[MappingEntry]) -> dict[str, Any]:
+class MappedAttrs(NamedTuple):
+    """What a ``source-mappings`` value says of its source besides its positions, as a chunk record's ``sources``
+    entries write it: its readers (sorted), ``modified_at`` (RFC 3339), ``uri`` (None is written as null) and
+    ``title`` (None is left out)."""
+
+    acl: tuple[str, ...]
+    modified_at: str
+    uri: str | None = None
+    title: str | None = None
+
+
+def mapped_attrs(attrs: SourceAttrs) -> MappedAttrs:
+    """Return what a source's mapping says of it, from its attributes."""
+    return MappedAttrs(tuple(sorted(attrs.acl)), format_timestamp(attrs.modified_at), attrs.uri, attrs.title)
+
+
+def mapping_value(
+    source_id: str, version: int, attrs: MappedAttrs, entries: list[MappingEntry]
+) -> dict[str, Any]:
     """Return a ``source-mappings`` value."""
-    return mapping_of_rows(source_id, version, [mapping_row(e) for e in entries])
+    return mapping_of_rows(source_id, version, attrs, [mapping_row(e) for e in entries])
 
 
 def mapping_row(entry: MappingEntry) -> dict[str, Any]:
@@ -120,9 +140,23 @@ def mapping_row(entry: MappingEntry) -> dict[str, Any]:
     }
 
 
-def mapping_of_rows(source_id: str, version: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Return a ``source-mappings`` value from its rows (:func:`mapping_row` of each position, in order)."""
-    return {"schema": MAPPING_SCHEMA, "source_id": source_id, "version": version, "chunks": rows}
+def mapping_of_rows(
+    source_id: str, version: int, attrs: MappedAttrs, rows: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Return a ``source-mappings`` value (v2) from its source's attributes and its rows (:func:`mapping_row` of
+    each position, in order)."""
+    value: dict[str, Any] = {
+        "schema": MAPPING_SCHEMA,
+        "source_id": source_id,
+        "version": version,
+        "acl": list(attrs.acl),
+        "modified_at": attrs.modified_at,
+        "uri": attrs.uri,
+    }
+    if attrs.title is not None:
+        value["title"] = attrs.title
+    value["chunks"] = rows
+    return value
 
 
 def review_value(

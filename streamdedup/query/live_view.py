@@ -9,8 +9,9 @@ is a point read or one short prefix scan:
 - :meth:`View.chunks_of`: the chunk ids of a source, in position order;
 - :meth:`View.sources_of`: every source of a chunk, complete. A chunk record lists at most
   ``STREAMDEDUP_MAX_CHUNK_SOURCES`` sources; the view indexes the mappings by chunk id, so this answer has them
-  all. A source's ``uri``, ``title`` and ``modified_at`` come from the chunk records that list it (the mapping
-  carries none of them), and so do its readers (``acl``); a source that no chunk record lists has them as None.
+  all. A source's readers (``acl``), ``uri``, ``title`` and ``modified_at`` come from its mapping
+  (``streamdedup.mapping/v2``), so they too are known for every source; a ``mapping/v1`` record, written before
+  mappings carried them, leaves them to the chunk records that list the source (None where none does).
 
 Records and their read position are written in one RocksDB write batch, so a view that stops at any moment
 continues where it stopped, and applies no record twice. A reader in another process opens the view as a RocksDB
@@ -25,9 +26,10 @@ Reviewers' decisions about pairs come from ``audit`` records of action ``decisio
 output file does; read from topics, ``audit`` is read only if asked for): :meth:`View.decision`.
 
 Keys, in one column family: ``c\\0<chunk_id>`` and ``m\\0<source_id>`` hold the records as JSON;
-``x\\0<chunk_id>\\0<source_id>`` the positions of a source that map to a chunk; ``s\\0<source_id>`` what the
-chunk records say of a source; ``d\\0<hash_a>:<hash_b>`` the decision in force about a pair; ``p\\0<where>`` how
-far each input was read; ``e\\0<name>`` the extras.
+``x\\0<chunk_id>\\0<source_id>`` the positions of a source that map to a chunk; ``a\\0<source_id>`` what the
+source's mapping says of it (:func:`~streamdedup.query.safety_net.mapped_about`), ``s\\0<source_id>`` what the
+chunk records say of it; ``d\\0<hash_a>:<hash_b>`` the decision in force about a pair; ``p\\0<where>`` how far
+each input was read; ``e\\0<name>`` the extras.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import msgspec
 import rocksdict
 
 from streamdedup.errors import StateError
-from streamdedup.query.safety_net import Citation
+from streamdedup.query.safety_net import MAPPED_FIELDS, Citation, mapped_about
 
 __all__ = ["FORMAT", "Pending", "Record", "View", "ViewWriter"]
 
@@ -52,6 +54,7 @@ _FORMAT_KEY = b"p\0format"
 _CHUNK = b"c\0"
 _MAPPING = b"m\0"
 _INDEX = b"x\0"
+_MAPPED = b"a\0"
 _SOURCE = b"s\0"
 _PROGRESS = b"p\0"
 _DECISION = b"d\0"
@@ -126,22 +129,20 @@ class _Lookups:
         """Return every source with a position mapped to ``chunk_id``, sorted by source id."""
         prefix = _INDEX + chunk_id.encode() + _SEP
         entries = [(key[len(prefix) :], value) for key, value in self._prefixed(prefix)]
-        abouts = self._get_many([_SOURCE + source for source, _ in entries])  # one multi-get, however many
-        found: list[Citation] = []
-        for (source, value), raw in zip(entries, abouts, strict=True):
-            source_id = source.decode()
-            about: dict[str, Any] = {} if raw is None else _decoder.decode(raw)
-            found.append(
-                Citation(
-                    source_id=source_id,
-                    positions=tuple(_decoder.decode(value)),
-                    uri=about.get("uri"),
-                    title=about.get("title"),
-                    modified_at=about.get("modified_at"),
-                    acl=None if about.get("acl") is None else tuple(about["acl"]),
-                )
-            )
-        return found
+        # One multi-get, however many sources; a second one only for sources whose mapping is a v1 record.
+        abouts: list[dict[str, Any]] = [
+            {} if raw is None else _decoder.decode(raw)
+            for raw in self._get_many([_MAPPED + source for source, _ in entries])
+        ]
+        partial = [n for n, about in enumerate(abouts) if len(about) < len(MAPPED_FIELDS)]
+        listed = self._get_many([_SOURCE + entries[n][0] for n in partial])
+        for n, raw in zip(partial, listed, strict=True):
+            said: dict[str, Any] = {} if raw is None else _decoder.decode(raw)
+            abouts[n] = {**{name: said.get(name) for name in MAPPED_FIELDS}, **abouts[n]}
+        return [
+            Citation.of(source.decode(), _decoder.decode(value), about)
+            for (source, value), about in zip(entries, abouts, strict=True)
+        ]
 
     def decision(self, pair_key: str) -> dict[str, Any] | None:
         """Return the reviewers' decision in force about a pair (its ``review`` key), as the decision event."""
@@ -354,9 +355,13 @@ class Pending(_Lookups):
         self._changes[key] = value
         if value is None:
             self._changes[_SOURCE + source_id.encode()] = None
+            self._changes[_MAPPED + source_id.encode()] = None
             return
+        mapping = _decoder.decode(value)
+        about = mapped_about(mapping)
+        self._changes[_MAPPED + source_id.encode()] = _encoder.encode(about) if about else None
         positions: dict[str, list[int]] = {}
-        for chunk in _decoder.decode(value)["chunks"]:
+        for chunk in mapping["chunks"]:
             positions.setdefault(str(chunk["chunk_id"]), []).append(int(chunk["position"]))
         for chunk_id, numbers in positions.items():
             self._changes[_INDEX + chunk_id.encode() + tail] = _encoder.encode(sorted(numbers))

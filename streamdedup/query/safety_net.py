@@ -18,8 +18,9 @@ the caller's principals, and in this order:
 6. picks ``mmr.k`` of the rest by maximal marginal relevance, if :class:`MMR` is set, over embeddings the caller
    already has;
 7. attaches every source of each kept chunk that the caller can read as a :class:`Citation`, complete: a chunk
-   record lists at most 100 sources, so they come from :meth:`ChunkLookup.sources_of` (``citations="all"``
-   cites the sources the caller cannot open too).
+   record lists at most 100 sources, so they come from :meth:`ChunkLookup.sources_of`, and whether the caller
+   can read each one from its ``source-mappings`` record, which carries its readers, address, title and time
+   (``streamdedup.mapping/v2``; ``citations="all"`` cites the sources the caller cannot open too).
 
 Kept hits come best-scored first (a hit without a score after every scored one), ties in the retriever's order; with
 MMR, in the order MMR chose them. Each carries the framework's own object untouched; the adapters in
@@ -29,8 +30,10 @@ MMR, in the order MMR chose them. Each carries the framework's own object untouc
 ...     {"topic": "canonical-chunks", "key": "c1", "value": {"chunk_id": "c1", "text": "Reset it.", "acl": ["eng"],
 ...      "canonical": {"source_id": "wiki:a", "position": 0}, "source_count": 2,
 ...      "sources": [{"source_id": "wiki:a", "acl": ["eng"]}, {"source_id": "wiki:b", "acl": ["eng"]}]}},
-...     {"topic": "source-mappings", "key": "wiki:a", "value": {"chunks": [{"position": 0, "chunk_id": "c1"}]}},
-...     {"topic": "source-mappings", "key": "wiki:b", "value": {"chunks": [{"position": 3, "chunk_id": "c1"}]}},
+...     {"topic": "source-mappings", "key": "wiki:a", "value": {"acl": ["eng"], "uri": "https://wiki/a",
+...      "modified_at": "2024-05-01T10:00:00Z", "chunks": [{"position": 0, "chunk_id": "c1"}]}},
+...     {"topic": "source-mappings", "key": "wiki:b", "value": {"acl": ["eng", "hr"], "uri": None,
+...      "modified_at": "2024-05-02T10:00:00Z", "chunks": [{"position": 3, "chunk_id": "c1"}]}},
 ... ])
 >>> hits = [Hit("copy b", "c1", 0.7), Hit("copy a", "c1", 0.9), Hit("gone", "c0", 0.8)]
 >>> [(k.item, k.duplicates, k.source_ids) for k in SafetyNet(lookup).apply(hits, ["eng"])]
@@ -52,6 +55,7 @@ from streamdedup.core.output_view import COMPACTED_TOPICS, View
 from streamdedup.errors import ConfigurationError
 
 __all__ = [
+    "MAPPED_FIELDS",
     "MMR",
     "ChunkLookup",
     "Citation",
@@ -61,6 +65,7 @@ __all__ = [
     "Policy",
     "SafetyNet",
     "chunk_id_in",
+    "mapped_about",
     "mmr",
     "readable",
 ]
@@ -69,6 +74,9 @@ T = TypeVar("T")
 
 #: What to do with a hit the net cannot check: drop it, or pass it through unchecked.
 Policy = Literal["drop", "keep"]
+
+#: What a ``source-mappings`` record (``streamdedup.mapping/v2``) says of its source, besides its positions.
+MAPPED_FIELDS = ("acl", "modified_at", "uri", "title")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +88,22 @@ class Citation:
     uri: str | None = None
     title: str | None = None
     modified_at: str | None = None
-    #: The source's readers, as the chunk records that list the source say; None when none of them lists it.
+    #: The source's readers, as its mapping says (a ``mapping/v1`` record says nothing of them: then as the chunk
+    #: records that list the source say); None when neither does.
     acl: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, source_id: str, positions: Iterable[int], about: Mapping[str, Any]) -> Citation:
+        """Return the citation of a source's ``positions`` from what is known of it (:data:`MAPPED_FIELDS`)."""
+        acl = about.get("acl")
+        return cls(
+            source_id=source_id,
+            positions=tuple(sorted(positions)),
+            uri=about.get("uri"),
+            title=about.get("title"),
+            modified_at=about.get("modified_at"),
+            acl=None if acl is None else tuple(acl),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Return the citation as a JSON-ready dict (positions as a list; the readers are left out)."""
@@ -174,6 +196,22 @@ def readable(acl: Iterable[str], principals: Iterable[str]) -> bool:
     return EVERYONE in readers or not readers.isdisjoint(principals)
 
 
+def mapped_about(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """Return what a ``source-mappings`` value says of its source: its ``acl``, ``modified_at``, ``uri``, ``title``.
+
+    A ``mapping/v2`` value says all four (a title it leaves out is None); a ``mapping/v1`` value none, so the
+    answer is empty and a reader takes them from the chunk records that list the source.
+
+    >>> mapped_about({"acl": ["eng"], "modified_at": "2024-05-01T10:00:00Z", "uri": None, "chunks": []})
+    {'acl': ['eng'], 'modified_at': '2024-05-01T10:00:00Z', 'uri': None, 'title': None}
+    >>> mapped_about({"schema": "streamdedup.mapping/v1", "chunks": []})
+    {}
+    """
+    if "acl" not in mapping:  # v1
+        return {name: mapping[name] for name in MAPPED_FIELDS if name in mapping}
+    return {name: mapping.get(name) for name in MAPPED_FIELDS}
+
+
 def chunk_id_in(metadata: Mapping[str, Any] | None, key: str = "chunk_id") -> str | None:
     """Return the chunk id a document's metadata names under ``key``, or None if it names none."""
     value = None if metadata is None else metadata.get(key)
@@ -232,8 +270,9 @@ class SafetyNet:
     no chunk id: ``"drop"`` (the default: neither can be checked) or ``"keep"``, which passes the hit through as
     it is, unchecked, uncollapsed with others of no chunk id, uncounted by ``max_per_source`` and without
     citations. With the default ``citations="readable"``, a kept chunk cites every source the caller can read
-    (:attr:`Citation.acl`), so nobody is shown the title or address of a copy they cannot open; a source whose
-    readers the lookup does not know (one that no chunk record lists: only possible beyond the records' cap of
+    (:attr:`Citation.acl`, from the source's mapping), so nobody is shown the title or address of a copy they
+    cannot open; a source whose readers the lookup does not know (a ``mapping/v1`` record, written before
+    mappings carried them, of a source that no chunk record lists: beyond the records' cap of
     ``STREAMDEDUP_MAX_CHUNK_SOURCES`` entries) is not cited. ``"all"`` cites every source, readable or not.
     """
 
@@ -360,14 +399,17 @@ class MemoryLookup:
     """A :class:`ChunkLookup` over output records held in memory: for tests, notebooks and small corpora.
 
     :class:`streamdedup.query.live_view.View` is the persistent one. Here, as there, the sources of a chunk come from
-    the ``source-mappings`` records, complete; a source's ``uri``, ``title`` and ``modified_at`` from the chunk
-    records that list it (the chunk's own record first), None for a source that no chunk record lists.
+    the ``source-mappings`` records, complete, and so do each source's readers, ``uri``, ``title`` and
+    ``modified_at`` (:func:`mapped_about`). What a ``mapping/v1`` record does not say comes from the chunk records
+    that list the source (the chunk's own record first), None for a source that no chunk record lists.
     """
 
     def __init__(self, chunks: Mapping[str, dict[str, Any]], mappings: Mapping[str, dict[str, Any]]) -> None:
         self._chunks = dict(chunks)
         self._positions: dict[str, dict[str, list[int]]] = {}  # chunk id -> source id -> positions
+        self._mapped: dict[str, dict[str, Any]] = {}  # source id -> what its mapping says of it
         for source_id, mapping in mappings.items():
+            self._mapped[source_id] = mapped_about(mapping)
             for entry in mapping.get("chunks", ()):
                 by_source = self._positions.setdefault(str(entry["chunk_id"]), {})
                 by_source.setdefault(source_id, []).append(int(entry["position"]))
@@ -395,15 +437,9 @@ class MemoryLookup:
         own = {str(s["source_id"]): s for s in (self._chunks.get(chunk_id) or {}).get("sources", ())}
         cited: list[Citation] = []
         for source_id, positions in sorted(self._positions.get(chunk_id, {}).items()):
-            about = own.get(source_id) or self._about.get(source_id) or {}
-            cited.append(
-                Citation(
-                    source_id=source_id,
-                    positions=tuple(sorted(positions)),
-                    uri=about.get("uri"),
-                    title=about.get("title"),
-                    modified_at=about.get("modified_at"),
-                    acl=None if about.get("acl") is None else tuple(about["acl"]),
-                )
-            )
+            about = self._mapped.get(source_id, {})
+            if len(about) < len(MAPPED_FIELDS):
+                listed = own.get(source_id) or self._about.get(source_id) or {}
+                about = {**{name: listed.get(name) for name in MAPPED_FIELDS}, **about}
+            cited.append(Citation.of(source_id, positions, about))
         return cited

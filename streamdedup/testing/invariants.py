@@ -1,5 +1,9 @@
 """Checks of invariants I1, I2, I3 and I6 (design §5) on a materialized view against the live sources.
 
+A mapping (``mapping/v2``) also says who reads its source and how to cite it: its ``acl`` must be the source's
+readers (I2: the query side filters citations by it) and its ``uri``, ``title`` and ``modified_at`` the source's
+(I1), as the source's latest applied event set them.
+
 I4 and I5 compare views with each other (replaying events, re-running input) and are checked by the tests that
 produce the views. Each check returns a list of readable violations; an empty list means the view is sound.
 
@@ -13,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamdedup.core.facts import fact_conflict
-from streamdedup.core.model import EVERYONE, covered, union_readers
+from streamdedup.core.model import EVERYONE, covered, parse_timestamp, union_readers
 from streamdedup.core.output_view import View
 from streamdedup.core.shingles import jaccard
 from streamdedup.testing.reference import LiveSource
@@ -93,6 +97,7 @@ def _check_mappings(
             problems.append(
                 f"I1: mapping of {source.source_id} is at version {mapping['version']}, not {source.version}"
             )
+        problems.extend(_check_attributes(mapping, source))
         entries = mapping["chunks"]
         if [e["position"] for e in entries] != list(range(len(source.texts))):
             problems.append(
@@ -104,6 +109,32 @@ def _check_mappings(
                 _check_position(view, source, entry, positions, norm_of, threshold, shingle_size, excused)
             )
     return problems
+
+
+def _check_attributes(mapping: dict[str, Any], source: LiveSource) -> list[str]:
+    """I2 and I1: a mapping's readers, address, title and time are those of the source's latest applied event.
+
+    As in a chunk record's ``sources``: the ``uri`` is null when the source has none, the ``title`` left out.
+    """
+    where = f"mapping of {source.source_id}"
+    attrs = source.attrs
+    problems = []
+    if mapping.get("acl") != sorted(attrs.acl):
+        problems.append(f"I2: {where} has readers {mapping.get('acl')}, the source {sorted(attrs.acl)}")
+    if _micros(mapping.get("modified_at")) != attrs.modified_at:
+        problems.append(f"I1: {where} has modified_at {mapping.get('modified_at')!r}, not the source's")
+    if ("uri" in mapping, mapping.get("uri")) != (True, attrs.uri):
+        problems.append(f"I1: {where} has uri {mapping.get('uri')!r}, the source {attrs.uri!r}")
+    if ("title" in mapping, mapping.get("title")) != (attrs.title is not None, attrs.title):
+        problems.append(f"I1: {where} has title {mapping.get('title')!r}, the source {attrs.title!r}")
+    return problems
+
+
+def _micros(value: Any) -> int | None:
+    try:
+        return parse_timestamp(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def _check_counts(chunk_id: str, chunk: dict[str, Any], refs: list[tuple[str, int, str]]) -> list[str]:

@@ -82,6 +82,8 @@ def random_feed(
                 modified_at=rng.randint(1, 5) * 86_400_000_000,
                 authority=rng.choice((0, 0, 1)),
                 uri=f"https://docs.example/{source_id}",
+                # A title that comes and goes with the versions (drawing nothing, so the feeds stay the same).
+                title=f"{source_id} v{version}" if version % 2 else None,
             )
             feed.append(UpsertEvent(source_id=source_id, version=version, attrs=attrs, chunks=chunks))
     return feed

@@ -30,7 +30,7 @@ from streamdedup.core.model import (
 )
 from streamdedup.core.normalize import normalize
 from streamdedup.core.params import EngineParams
-from streamdedup.core.records import chunk_value, mapping_value, review_key
+from streamdedup.core.records import chunk_value, mapped_attrs, mapping_value, review_key
 from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.core.stages.source_chunks import document_chunks
 from streamdedup.core.state import MappingEntry, SourceRecord, source_texts
@@ -312,7 +312,9 @@ class Reference:
                 is_canonical = best[:2] == (source.source_id, position)
                 relation: Literal["canonical", "exact"] = "canonical" if is_canonical else "exact"
                 entries.append(MappingEntry(position, content_hash, content_hash, relation, 1.0))
-            out[source.source_id] = mapping_value(source.source_id, source.version, entries)
+            out[source.source_id] = mapping_value(
+                source.source_id, source.version, mapped_attrs(source.attrs), entries
+            )
         return out
 
     def compacted(self) -> bytes:

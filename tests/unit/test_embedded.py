@@ -9,7 +9,7 @@ import pytest
 from streamdedup.contract.codec import encode_output_line
 from streamdedup.core._native import RecordCache
 from streamdedup.core.messages import Output
-from streamdedup.core.model import DeleteEvent
+from streamdedup.core.model import AclEvent, DeleteEvent
 from streamdedup.core.output_view import View
 from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
 from streamdedup.drivers.jsonl import SINK_META_KEY, FileSink, opened_state
@@ -63,6 +63,27 @@ def test_replaying_events_changes_nothing(engine):
     runner.process(events, again.extend)
     runner.process(list(reversed(events)), again.extend)
     assert again == []
+
+
+def test_the_invariants_see_a_mapping_that_missed_its_sources_latest_attributes(engine):
+    from streamdedup.store.memory import MemoryStore
+
+    events = [
+        upsert("s", 1, ["a text of a few words in one chunk"], acl=("eng",)),
+        AclEvent(source_id="s", version=2, acl=("ops",)),
+    ]
+    produced, _ = _run(engine, MemoryStore(), events, batch=1)
+    live = live_sources(events)
+    assert check_invariants(View().apply_all(produced), live, threshold=0.8, shingle_size=5) == []
+    # Without the mapping the ACL change sent again, the view's mapping names readers the source no longer has.
+    last = max(n for n, o in enumerate(produced) if o.topic == "source-mappings")
+    stale = View().apply_all(produced[:last] + produced[last + 1 :])
+    problems = check_invariants(stale, live, threshold=0.8, shingle_size=5)
+    assert "I2: mapping of s has readers ['eng'], the source ['ops']" in problems
+    view = View().apply_all(produced)
+    view.mappings["s"] = {**view.mappings["s"], "title": "Setup", "uri": None}
+    problems = check_invariants(view, live, threshold=0.8, shingle_size=5)
+    assert [p.split(" has ")[1].split(",")[0] for p in problems] == ["uri None", "title 'Setup'"]
 
 
 def test_restart_continues_from_the_stored_state(engine, tmp_path):

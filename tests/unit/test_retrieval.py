@@ -52,19 +52,31 @@ def chunk(
     }
 
 
-def mapping(source_id: str, *chunk_ids: str) -> dict[str, Any]:
-    """Return a ``source-mappings`` record with ``chunk_ids`` at positions 0, 1, ..."""
+def mapping(
+    source_id: str, *chunk_ids: str, acl: list[str] | None = None, v1: bool = False
+) -> dict[str, Any]:
+    """Return a ``source-mappings`` record with ``chunk_ids`` at positions 0, 1, ...
+
+    As ``mapping/v2`` it says of the source what :func:`chunk` does of its first source (readers ``acl``, public by
+    default); as ``mapping/v1`` nothing.
+    """
     entries = [
         {"position": n, "content_hash": c, "chunk_id": c, "relation": "exact", "jaccard": 1.0}
         for n, c in enumerate(chunk_ids)
     ]
-    return {"schema": "streamdedup.mapping/v1", "source_id": source_id, "version": 1, "chunks": entries}
+    if v1:
+        return {"schema": "streamdedup.mapping/v1", "source_id": source_id, "version": 1, "chunks": entries}
+    return {
+        "schema": "streamdedup.mapping/v2", "source_id": source_id, "version": 1, "acl": acl or ["*"],
+        "modified_at": "2024-01-01T00:00:00Z", "uri": f"https://example.com/{source_id}",
+        "title": f"Title of {source_id}", "chunks": entries,
+    }  # fmt: skip
 
 
 def lookup_of(*records: dict[str, Any]) -> MemoryLookup:
     outputs = [
-        {"topic": "canonical-chunks" if "acl" in r else "source-mappings", "key": r.get("chunk_id") or r["source_id"],
-         "value": r}
+        {"topic": "canonical-chunks" if "chunk_id" in r else "source-mappings",
+         "key": r.get("chunk_id") or r["source_id"], "value": r}
         for r in records
     ]  # fmt: skip
     return MemoryLookup.from_outputs(outputs)
@@ -209,7 +221,7 @@ def test_citations_are_complete_beyond_the_sources_a_chunk_record_lists():
     listed = everyone[:100]
     records = [
         chunk("popular", "site:000", ["*"], *listed, count=len(everyone)),
-        chunk("other", "site:149", ["*"], "site:149"),  # the only record that says what site:149 is
+        chunk("other", "site:149", ["*"], "site:149"),
         *(mapping(s, "popular") for s in everyone[:-1]),
         mapping("site:149", "other", "popular", "popular"),
     ]
@@ -221,10 +233,12 @@ def test_citations_are_complete_beyond_the_sources_a_chunk_record_lists():
     assert by_id["site:000"] == Citation(
         "site:000", (0,), "https://example.com/site:000", "Title of site:000", "2024-01-01T00:00:00Z", ("*",)
     )
-    assert by_id["site:120"] == Citation("site:120", (0,), None, None, None)  # no record lists it
-    # By default a source is cited only to a caller who can read it: one whose readers no record names is not.
+    # A source no chunk record lists: its mapping says who reads it and how to cite it.
+    assert by_id["site:120"] == Citation(
+        "site:120", (0,), "https://example.com/site:120", "Title of site:120", "2024-01-01T00:00:00Z", ("*",)
+    )
     [readable_only] = SafetyNet(lookup).apply([Hit("doc", "popular", 1.0)], ["*"])
-    assert readable_only.source_ids == (*listed, "site:149")
+    assert readable_only.citations == kept.citations
     assert by_id["site:149"].positions == (1, 2) and by_id["site:149"].title == "Title of site:149"
     assert kept.metadata()["citations"][0] == {
         "source_id": "site:000",
@@ -236,17 +250,55 @@ def test_citations_are_complete_beyond_the_sources_a_chunk_record_lists():
     assert kept.metadata()["source_ids"] == sorted(everyone)
 
 
-def test_readable_citations_leave_out_sources_the_caller_cannot_open():
+def test_a_v1_mapping_leaves_a_sources_citation_to_the_chunk_records():
+    everyone = [f"site:{n:03d}" for n in range(150)]
+    listed = everyone[:100]
+    records = [
+        chunk("popular", "site:000", ["*"], *listed, count=len(everyone)),
+        chunk("other", "site:149", ["*"], "site:149"),  # the only record that says what site:149 is
+        *(mapping(s, "popular", v1=True) for s in everyone[:-1]),
+        mapping("site:149", "other", "popular", "popular", v1=True),
+    ]
+    lookup = lookup_of(*records)
+    [kept] = SafetyNet(lookup, citations="all").apply([Hit("doc", "popular", 1.0)], ["*"])
+    assert kept.source_ids == tuple(sorted(everyone))
+    by_id = {c.source_id: c for c in kept.citations}
+    assert by_id["site:000"] == Citation(
+        "site:000", (0,), "https://example.com/site:000", "Title of site:000", "2024-01-01T00:00:00Z", ("*",)
+    )
+    assert by_id["site:120"] == Citation("site:120", (0,), None, None, None)  # no record lists it
+    # By default a source is cited only to a caller who can read it: one whose readers no record names is not.
+    [readable_only] = SafetyNet(lookup).apply([Hit("doc", "popular", 1.0)], ["*"])
+    assert readable_only.source_ids == (*listed, "site:149")
+    assert by_id["site:149"].positions == (1, 2) and by_id["site:149"].title == "Title of site:149"
+
+
+@pytest.mark.parametrize("v1", [False, True])
+def test_readable_citations_leave_out_sources_the_caller_cannot_open(v1):
     record = chunk("c", "wiki:eng", ["eng", "support"], "wiki:eng", "wiki:support", "wiki:late", count=4)
     for source in record["sources"]:
         source["acl"] = [source["source_id"].removeprefix("wiki:")]
-    lookup = lookup_of(record, *(mapping(f"wiki:{s}", "c") for s in ("eng", "support", "late", "unlisted")))
+    names = ("eng", "support", "late", "unlisted")
+    lookup = lookup_of(record, *(mapping(f"wiki:{s}", "c", acl=[s], v1=v1) for s in names))
     hits = [Hit("doc", "c", 1.0)]
     assert SafetyNet(lookup, citations="all").apply(hits, ["support"])[0].source_ids == (
         "wiki:eng", "wiki:late", "wiki:support", "wiki:unlisted",
     )  # fmt: skip
     assert SafetyNet(lookup).apply(hits, ["support"])[0].source_ids == ("wiki:support",)
     assert SafetyNet(lookup).apply(hits, ["eng", "late"])[0].source_ids == ("wiki:eng", "wiki:late")
+    # The source no chunk record lists is cited to its readers by its mapping's ACL; a v1 mapping has none.
+    unlisted = SafetyNet(lookup).apply(hits, ["eng", "unlisted"])[0].source_ids
+    assert unlisted == (("wiki:eng",) if v1 else ("wiki:eng", "wiki:unlisted"))
+
+
+def test_a_sources_mapping_is_what_its_citation_says_whatever_the_chunk_records_say():
+    record = chunk("c", "wiki:a", ["eng", "hr"], "wiki:a")  # lists wiki:a as readable by eng, with a title
+    newer = {**mapping("wiki:a", "c", acl=["hr"]), "uri": None, "modified_at": "2024-02-01T00:00:00Z"}
+    del newer["title"]
+    lookup = lookup_of(record, newer)
+    [cited] = lookup.sources_of("c")
+    assert cited == Citation("wiki:a", (0,), None, None, "2024-02-01T00:00:00Z", ("hr",))
+    assert SafetyNet(lookup).apply([Hit("doc", "c", 1.0)], ["eng"])[0].citations == ()
 
 
 def test_the_kept_text_is_the_canonical_chunks_text(lookup):

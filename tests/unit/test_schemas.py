@@ -37,7 +37,7 @@ def validator(name):
 
 def test_every_schema_is_valid_and_named_after_its_event():
     assert set(SCHEMAS) == {
-        "document.v1.schema.json", "chunk.v2.schema.json", "mapping.v1.schema.json", "review.v1.schema.json",
+        "document.v1.schema.json", "chunk.v2.schema.json", "mapping.v2.schema.json", "review.v1.schema.json",
         "audit.v1.schema.json", "dlq.v1.schema.json", "output-line.v1.schema.json", "decision.v1.schema.json",
     }  # fmt: skip
     for name in SCHEMAS:
@@ -80,10 +80,18 @@ def test_schemas_reject_what_the_contract_forbids(engine):
         {**value, "extra": 1},
     ):
         assert not chunk.is_valid(broken)
-    mapping = validator("mapping.v1.schema.json")
+    mapping = validator("mapping.v2.schema.json")
     (m,) = view.mappings.values()
     assert mapping.is_valid(m)
-    assert not mapping.is_valid({**m, "chunks": [{**m["chunks"][0], "relation": "similar"}]})
+    assert mapping.is_valid({**m, "title": "Setup", "uri": None})
+    for broken in (
+        {**m, "chunks": [{**m["chunks"][0], "relation": "similar"}]},
+        {k: v for k, v in m.items() if k != "acl"},
+        {k: v for k, v in m.items() if k != "uri"},
+        {**m, "title": None},
+        {**m, "schema": "streamdedup.mapping/v1"},
+    ):
+        assert not mapping.is_valid(broken)
 
 
 @pytest.mark.parametrize(

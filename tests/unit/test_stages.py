@@ -33,6 +33,7 @@ from streamdedup.core.model import AclEvent, DeleteEvent, SourceAttrs, UpsertEve
 from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.partitioning import partition_for
+from streamdedup.core.records import MappedAttrs, mapped_attrs
 from streamdedup.core.stages.collection import line_hash
 from streamdedup.core.stages.source_chunks import plain_chunks, plain_chunks_in_python
 from streamdedup.core.stages.source_mappings import (
@@ -108,6 +109,33 @@ def test_acl_event_resends_positions_with_new_readers(engine):
         ((0,), True, ()),
         ((1,), True, ()),
     }
+
+
+def test_a_mapping_is_sent_again_when_the_sources_attributes_change(engine):
+    runner = EmbeddedRunner(engine, MemoryStore())
+
+    def mappings(*events):
+        outputs = runner.process(list(events), lambda _: None)
+        return [o.record() for o in outputs if o.topic == "source-mappings"]
+
+    first = upsert("s", 1, ["one chunk of text", "another"], acl=("hr", "eng"))
+    (sent,) = mappings(first)
+    assert (sent["schema"], sent["acl"], sent["uri"], "title" in sent) == (
+        "streamdedup.mapping/v2",
+        ["eng", "hr"],
+        "https://example.com/s",
+        False,
+    )
+    assert sent["modified_at"] == format_timestamp(first.attrs.modified_at)
+    # An ACL change keeps the chunks, and the mapping is sent again with the new readers.
+    (sent,) = mappings(AclEvent(source_id="s", version=2, acl=("ops",)))
+    assert (sent["version"], sent["acl"]) == (2, ["ops"])
+    # The same chunks under a new title, address and time.
+    attrs = msgspec.structs.replace(first.attrs, uri=None, title="Setup", modified_at=5 * 86_400_000_000)
+    (sent,) = mappings(msgspec.structs.replace(first, version=3, attrs=attrs))
+    assert (sent["version"], sent["acl"], sent["uri"], sent["title"]) == (3, ["eng", "hr"], None, "Setup")
+    assert sent["modified_at"] == "1970-01-06T00:00:00Z"
+    assert mappings(msgspec.structs.replace(first, version=3, attrs=attrs)) == []  # a replay changes nothing
 
 
 H1, H2, H3, H9 = ("1" * 64, "2" * 64, "3" * 64, "9" * 64)
@@ -249,38 +277,69 @@ def _same(a: dict[str, StatusEntry], b: dict[str, StatusEntry]) -> bool:
     return msgspec.msgpack.encode(sorted(a.items())) == msgspec.msgpack.encode(sorted(b.items()))
 
 
+_SOURCE_ATTRS = st.builds(
+    SourceAttrs,
+    acl=st.lists(st.text(max_size=12), max_size=4).map(tuple),
+    modified_at=st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999),
+    uri=st.none() | st.text(max_size=30),
+    title=st.none() | st.text(max_size=30),
+)
+
+
 @given(
     st.lists(_HASHES, max_size=8),
     st.dictionaries(_HASHES, _status(st.integers(1, 2)), max_size=6),
     st.binary(max_size=72),
     st.booleans(),
+    _SOURCE_ATTRS,
     st.data(),
 )
-def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, sent, data):
+def test_the_compiled_source_mapping_is_the_pythons(chunks, statuses, before, sent, attrs, data):
     version = 2
     if data.draw(st.booleans(), label="every content answered for the version"):
         statuses = {**statuses, **{h: data.draw(_status(st.just(version))) for h in chunks}}
     packed = _packed(statuses)
     source_id = data.draw(_HASHES, label="source_id")
-    expected = mapping_in_python(source_id, chunks, packed, version, before, sent)
-    assert _native.source_mapping(source_id, chunks, packed, version, before, sent) == expected
+    described: list[SourceAttrs] = []
+
+    def describe(a: SourceAttrs) -> MappedAttrs:
+        described.append(a)
+        return mapped_attrs(a)
+
+    def compiled(prints: bytes, sent: bool) -> typing.Any:
+        return _native.source_mapping(source_id, attrs, describe, chunks, packed, version, prints, sent)
+
+    expected = mapping_in_python(source_id, attrs, chunks, packed, version, before, sent)
+    assert compiled(before, sent) == expected
     if expected is None:
         return
     prints, _ = expected
     record = SourceRecord(version=version, chunks=chunks, statuses=packed)
     assert prints == b"".join(_fingerprint(e) for e in current_mapping("", record) or [])
     assert len(prints) == 8 * len(chunks)
-    # Sent for this version and unchanged: nothing to send. Not sent for it: every row again, and no merge.
-    assert _native.source_mapping(source_id, chunks, packed, version, prints, True) == (prints, None)
-    again = _native.source_mapping(source_id, chunks, packed, version, prints, False)
-    assert again == mapping_in_python(source_id, chunks, packed, version, prints, False)
+    # Sent for this version and unchanged: nothing to send, and the attributes are not even described. Not sent
+    # for it: every row again, and no merge.
+    described.clear()
+    assert compiled(prints, True) == (prints, None) and described == []
+    again = compiled(prints, False)
+    assert described == [attrs]
+    assert again == mapping_in_python(source_id, attrs, chunks, packed, version, prints, False)
     assert again is not None and again[1] is not None and again[1][1] == []
     value = msgspec.json.decode(again[1][0])
     assert (value["schema"], value["source_id"], value["version"]) == (
-        "streamdedup.mapping/v1",
+        "streamdedup.mapping/v2",
         source_id,
         version,
     )
+    # The source's attributes, as a chunk record's source entries write them: a missing title is left out.
+    assert (value["acl"], value["modified_at"], value["uri"], value.get("title")) == (
+        sorted(attrs.acl),
+        format_timestamp(attrs.modified_at),
+        attrs.uri,
+        attrs.title,
+    )
+    assert ("title" in value) == (attrs.title is not None)
+    assert list(value)[-1] == "chunks"
     assert [row["position"] for row in value["chunks"]] == list(range(len(chunks)))
 
 

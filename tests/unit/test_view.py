@@ -12,6 +12,7 @@ from streamdedup.core.output_view import View as Fold
 from streamdedup.errors import StateError
 from streamdedup.query.live_view import View, ViewWriter
 from streamdedup.query.output_file import OutputFile, build_view
+from streamdedup.query.safety_net import Citation
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "feed.jsonl"
 runner = CliRunner()
@@ -31,14 +32,21 @@ def fold(path: Path) -> Fold:
     return Fold().apply_all(Output(**json.loads(line)) for line in path.read_text().splitlines())
 
 
-def mapping(source_id: str, *chunk_ids: str) -> bytes:
+def mapping(source_id: str, *chunk_ids: str, v1: bool = False, **about: object) -> bytes:
+    """Return a ``source-mappings`` value: ``mapping/v2`` saying of the source what :func:`chunk` does (``about``
+    replaces some of it), or ``mapping/v1`` saying nothing."""
     chunks = [
         {"position": n, "content_hash": c, "chunk_id": c, "relation": "canonical", "jaccard": 1.0}
         for n, c in enumerate(chunk_ids)
     ]
-    return json.dumps(
-        {"schema": "streamdedup.mapping/v1", "source_id": source_id, "version": 1, "chunks": chunks}
-    ).encode()
+    value: dict[str, object] = {"schema": "streamdedup.mapping/v1", "source_id": source_id, "version": 1}
+    if not v1:
+        value.update(
+            schema="streamdedup.mapping/v2", acl=["*"], modified_at=f"m-{source_id}",
+            uri=f"https://example.com/{source_id}", title=f"T {source_id}",
+        )  # fmt: skip
+        value.update(about)
+    return json.dumps({**value, "chunks": chunks}).encode()
 
 
 def chunk(chunk_id: str, *source_ids: str, count: int | None = None) -> bytes:
@@ -126,9 +134,46 @@ def test_sources_beyond_the_chunk_records_cap_are_cited(tmp_path: Path):
         view.apply([("source-mappings", s, mapping(s, A)) for s in names], {})
         cited = view.sources_of(A)
         assert [c.source_id for c in cited] == names
+        # Each mapping says who reads its source and how to cite it, listed in a chunk record or not.
+        for n in (0, 149):
+            assert (cited[n].title, cited[n].uri, cited[n].acl) == (
+                f"T {names[n]}",
+                f"https://example.com/{names[n]}",
+                ("*",),
+            )
+
+
+def test_a_v1_mapping_leaves_a_sources_citation_to_the_chunk_records(tmp_path: Path):
+    names = [f"s{n:03d}" for n in range(150)]
+    with ViewWriter(tmp_path / "view") as view:
+        view.apply([("canonical-chunks", A, chunk(A, *names[:100], count=150))], {})
+        view.apply([("source-mappings", s, mapping(s, A, v1=True)) for s in names], {})
+        cited = view.sources_of(A)
+        assert [c.source_id for c in cited] == names
         # What the chunk record lists carries its uri and title; the rest is known by id alone.
         assert cited[0].title == "T s000" and cited[0].uri == "https://example.com/s000"
-        assert cited[149].uri is None and cited[149].title is None
+        assert cited[149].uri is None and cited[149].title is None and cited[149].acl is None
+        # A v2 mapping sent later says it all; a v1 one after it leaves it to the chunk records again.
+        view.apply([("source-mappings", "s149", mapping("s149", A, acl=["ops"], title="New"))], {})
+        assert view.sources_of(A)[149].acl == ("ops",) and view.sources_of(A)[149].title == "New"
+        view.apply([("source-mappings", "s149", mapping("s149", A, v1=True))], {})
+        assert view.sources_of(A)[149] == Citation("s149", (0,))
+
+
+def test_a_sources_mapping_is_what_its_citation_says_whatever_the_chunk_records_say(tmp_path: Path):
+    with ViewWriter(tmp_path / "view") as view:
+        newer = mapping("s1", A, acl=["hr"], uri=None, modified_at="2024-02-01T00:00:00Z")
+        view.apply([("source-mappings", "s1", newer), ("canonical-chunks", A, chunk(A, "s1"))], {})
+        view.apply([("canonical-chunks", A, chunk(A, "s1"))], {})  # a chunk record after it changes nothing
+        assert view.sources_of(A) == [Citation("s1", (0,), None, "T s1", "2024-02-01T00:00:00Z", ("hr",))]
+        untitled = json.loads(mapping("s1", A))
+        del untitled["title"]
+        view.apply([("source-mappings", "s1", json.dumps(untitled).encode())], {})
+        assert view.sources_of(A)[0].title is None  # a v2 mapping without a title: the source has none
+        view.apply([("source-mappings", "s1", None)], {})
+        assert view.sources_of(A) == []
+        view.apply([("source-mappings", "s1", mapping("s1", A, v1=True))], {})
+        assert view.sources_of(A)[0].acl is None  # the deleted source's attributes went with its mapping
 
 
 def test_a_view_continues_where_it_stopped_and_waits_for_whole_lines(outputs: Path, tmp_path: Path):

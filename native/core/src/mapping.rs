@@ -1,7 +1,8 @@
 //! A source's mapping (`streamdedup.core.stages.source`): what each of its positions maps to, from what its
-//! contents told it, with a fingerprint per position, and the rows of the `source-mappings` record when those
-//! changed. The twin the tests compare this with is `mapping_in_python` (from `current_mapping`, `_fingerprint`
-//! and `records.mapping_row`).
+//! contents told it, with a fingerprint per position, and the `source-mappings` record (`mapping/v2`: the
+//! source's attributes and its rows) when those changed. The twin the tests compare this with is
+//! `mapping_in_python` (from `current_mapping`, `_fingerprint`, `records.mapping_row` and
+//! `records.mapping_of_rows`).
 //!
 //! A source keeps what its contents last told it as one packed list (`state.pack_statuses`): MessagePack, an
 //! array of `StatusEntry` arrays sorted by content hash. The content stage sends a source the statuses of a batch
@@ -194,7 +195,18 @@ struct Entry<'a> {
     jaccard: f64,
 }
 
-const MAPPING_SCHEMA: &str = "streamdedup.mapping/v1";
+const MAPPING_SCHEMA: &str = "streamdedup.mapping/v2";
+
+/// What a `mapping/v2` record says of its source besides its positions (`records.MappedAttrs`), as a chunk
+/// record's source entries write it: its readers, sorted; its `modified_at` (RFC 3339); its `uri`, null when it
+/// has none; its `title`, left out when it has none.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MappedAttrs<'a> {
+    pub acl: &'a [&'a str],
+    pub modified_at: &'a str,
+    pub uri: Option<&'a str>,
+    pub title: Option<&'a str>,
+}
 
 /// The value of a `source-mappings` record as JSON, and the (position, chunk id) of each exact copy whose entry
 /// changed.
@@ -238,40 +250,80 @@ fn entries<'a>(
     Some(entries)
 }
 
-/// A source's mapping from `chunks` (its content hash per position) and `statuses` (its packed status list), for
-/// its `version`: None until every position's content answered for that version. Its record is left out when the
-/// fingerprints equal `before` and `sent` says the mapping sent last was for this version.
+/// A source's mapping for one version, before its record is written: each position's entry, and the fingerprint
+/// of each (8 bytes each). Its record is written only when it is to be sent (`Mapped::unchanged`), so a caller
+/// gets the source's attributes only then.
+pub struct Mapped<'a> {
+    entries: Vec<Entry<'a>>,
+    pub prints: Vec<u8>,
+}
+
+impl<'a> Mapped<'a> {
+    /// The mapping from `chunks` (a source's content hash per position) and `statuses` (its packed status list),
+    /// for its `version`: None until every position's content answered for that version.
+    pub fn of(chunks: &[&'a str], statuses: &'a [u8], version: i64) -> Result<Option<Self>> {
+        let told: HashMap<&str, Status<'a>> = read_statuses(statuses)?
+            .into_iter()
+            .map(|s| (s.content_hash, s))
+            .collect();
+        let Some(entries) = entries(chunks, &told, version) else {
+            return Ok(None);
+        };
+        let mut prints = Vec::with_capacity(8 * entries.len());
+        let mut text = String::new();
+        for e in &entries {
+            let print = fingerprint(&mut text, e.content_hash, e.chunk_id, e.relation, e.jaccard);
+            prints.extend_from_slice(&print);
+        }
+        Ok(Some(Mapped { entries, prints }))
+    }
+
+    /// Whether the record need not be sent: the fingerprints equal `before` and `sent` says the mapping sent last
+    /// was for this version. The fingerprints do not cover the source's attributes: they change only with its
+    /// version, and a new version's mapping is always sent.
+    pub fn unchanged(&self, before: &[u8], sent: bool) -> bool {
+        sent && self.prints == before
+    }
+
+    /// The record of the source `source_id` at `version`, with its `attrs`, and the exact copies whose
+    /// fingerprint is not what `before` holds for their position.
+    pub fn record(
+        &self,
+        source_id: &str,
+        attrs: &MappedAttrs<'_>,
+        version: i64,
+        before: &[u8],
+    ) -> MappingRecord {
+        mapping_record(
+            source_id,
+            attrs,
+            version,
+            &self.entries,
+            &self.prints,
+            before,
+        )
+    }
+}
+
+/// A source's mapping in one call (`Mapped`): None until every position's content answered for `version`; its
+/// record is left out when `Mapped::unchanged`.
 pub fn mapping(
     source_id: &str,
+    attrs: &MappedAttrs<'_>,
     chunks: &[&str],
     statuses: &[u8],
     version: i64,
     before: &[u8],
     sent: bool,
 ) -> Result<Option<Mapping>> {
-    let told: HashMap<&str, Status<'_>> = read_statuses(statuses)?
-        .into_iter()
-        .map(|s| (s.content_hash, s))
-        .collect();
-    let Some(entries) = entries(chunks, &told, version) else {
+    let Some(mapped) = Mapped::of(chunks, statuses, version)? else {
         return Ok(None);
     };
-    let mut prints = Vec::with_capacity(8 * entries.len());
-    let mut text = String::new();
-    for e in &entries {
-        let print = fingerprint(&mut text, e.content_hash, e.chunk_id, e.relation, e.jaccard);
-        prints.extend_from_slice(&print);
-    }
-    if sent && prints == before {
-        return Ok(Some(Mapping {
-            prints,
-            changed: None,
-        }));
-    }
-    let changed = mapping_record(source_id, version, &entries, &prints, before);
+    let changed =
+        (!mapped.unchanged(before, sent)).then(|| mapped.record(source_id, attrs, version, before));
     Ok(Some(Mapping {
-        prints,
-        changed: Some(changed),
+        prints: mapped.prints,
+        changed,
     }))
 }
 
@@ -279,18 +331,41 @@ pub fn mapping(
 /// copies whose fingerprint is not what `before` holds for their position.
 fn mapping_record(
     source_id: &str,
+    attrs: &MappedAttrs<'_>,
     version: i64,
     entries: &[Entry<'_>],
     prints: &[u8],
     before: &[u8],
 ) -> MappingRecord {
-    let mut j = JsonWriter::with_capacity(64 + source_id.len() + 200 * entries.len());
+    let about: usize = attrs.acl.iter().map(|p| p.len() + 3).sum::<usize>()
+        + attrs.modified_at.len()
+        + attrs.uri.map_or(0, str::len)
+        + attrs.title.map_or(0, str::len);
+    let mut j = JsonWriter::with_capacity(128 + source_id.len() + about + 200 * entries.len());
     j.raw(b"{\"schema\":");
     j.str(MAPPING_SCHEMA);
     j.raw(b",\"source_id\":");
     j.str(source_id);
     j.raw(b",\"version\":");
     j.int(version);
+    j.raw(b",\"acl\":[");
+    for (n, principal) in attrs.acl.iter().enumerate() {
+        if n > 0 {
+            j.raw(b",");
+        }
+        j.str(principal);
+    }
+    j.raw(b"],\"modified_at\":");
+    j.str(attrs.modified_at);
+    j.raw(b",\"uri\":");
+    match attrs.uri {
+        Some(uri) => j.str(uri),
+        None => j.nil(),
+    }
+    if let Some(title) = attrs.title {
+        j.raw(b",\"title\":");
+        j.str(title);
+    }
     j.raw(b",\"chunks\":[");
     let mut merged = Vec::new();
     for (position, e) in entries.iter().enumerate() {

@@ -2,7 +2,7 @@
 
 use rustc_hash::FxHashSet as HashSet;
 use streamdedup_kernels::mapping::{
-    fingerprint, mapping, merge, pack_told, py_float_repr, read_statuses, Told,
+    fingerprint, mapping, merge, pack_told, py_float_repr, read_statuses, MappedAttrs, Told,
 };
 use streamdedup_kernels::text::blake2b_64;
 
@@ -85,35 +85,76 @@ fn merging_keeps_the_newer_status_of_listed_contents() {
     );
 }
 
+const ATTRS: MappedAttrs<'static> = MappedAttrs {
+    acl: &["eng", "ops"],
+    modified_at: "2024-05-01T10:00:00Z",
+    uri: None,
+    title: Some("Reset \"it\""),
+};
+
 #[test]
 fn a_mapping_waits_for_every_position_then_names_each_relation() {
     let mut canonical = told("a", 1);
     canonical.canonical_position = 0;
     let statuses = packed(vec![canonical, told("b", 1)]);
-    assert!(mapping("doc", &["a", "c"], &statuses, 2, b"", false)
-        .unwrap()
-        .is_none());
     assert!(
-        mapping("doc", &["a"], &statuses, 3, b"", false)
+        mapping("doc", &ATTRS, &["a", "c"], &statuses, 2, b"", false)
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        mapping("doc", &ATTRS, &["a"], &statuses, 3, b"", false)
             .unwrap()
             .is_none(),
         "another version"
     );
-    let found = mapping("doc", &["a", "a", "b"], &statuses, 2, b"", false)
+    let found = mapping("doc", &ATTRS, &["a", "a", "b"], &statuses, 2, b"", false)
         .unwrap()
         .unwrap();
     assert_eq!(found.prints.len(), 24);
     let (json, merged) = found.changed.unwrap();
     let json = String::from_utf8(json).unwrap();
     assert!(json.starts_with(
-        "{\"schema\":\"streamdedup.mapping/v1\",\"source_id\":\"doc\",\"version\":2,"
+        "{\"schema\":\"streamdedup.mapping/v2\",\"source_id\":\"doc\",\"version\":2,\
+         \"acl\":[\"eng\",\"ops\"],\"modified_at\":\"2024-05-01T10:00:00Z\",\"uri\":null,\
+         \"title\":\"Reset \\\"it\\\"\",\"chunks\":[{\"position\":0,"
     ));
     assert!(json.contains("{\"position\":0,\"content_hash\":\"a\",\"chunk_id\":\"a\",\"relation\":\"canonical\",\"jaccard\":1.0}"));
     assert!(json.contains("\"relation\":\"exact\""));
     assert!(json.contains("\"relation\":\"near\",\"jaccard\":0.75}"));
     assert_eq!(merged, [(1, "a".to_owned())], "the exact copy is new");
-    let again = mapping("doc", &["a", "a", "b"], &statuses, 2, &found.prints, true)
-        .unwrap()
-        .unwrap();
+    let again = mapping(
+        "doc",
+        &ATTRS,
+        &["a", "a", "b"],
+        &statuses,
+        2,
+        &found.prints,
+        true,
+    )
+    .unwrap()
+    .unwrap();
     assert!(again.changed.is_none(), "the same mapping, already sent");
+}
+
+#[test]
+fn a_mapping_writes_a_uri_and_leaves_out_a_title_it_has_not() {
+    let statuses = packed(vec![told("a", 1)]);
+    let attrs = MappedAttrs {
+        acl: &[],
+        modified_at: "2024-05-01T10:00:00.5Z",
+        uri: Some("https://example.com/a?b=1"),
+        title: None,
+    };
+    let (json, _) = mapping("doc", &attrs, &["a"], &statuses, 2, b"", false)
+        .unwrap()
+        .unwrap()
+        .changed
+        .unwrap();
+    let json = String::from_utf8(json).unwrap();
+    assert!(json.contains(
+        ",\"version\":2,\"acl\":[],\"modified_at\":\"2024-05-01T10:00:00.5Z\",\
+         \"uri\":\"https://example.com/a?b=1\",\"chunks\":[{"
+    ));
+    assert!(!json.contains("title"));
 }

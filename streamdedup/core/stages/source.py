@@ -331,11 +331,12 @@ class SourceStage:
 
     def _emit_mapping(self, table: Table[SourceRecord], source_id: str, out: list[Message | Output]) -> None:
         record = table.get(source_id)
-        if record is None or record.deleted:
+        if record is None or record.deleted or record.attrs is None:
             return
         # The mapping, its fingerprints and, if they changed, its record's value, in one call.
         found = source_mapping(
             source_id,
+            record.attrs,
             record.chunks,
             record.statuses,
             record.version,

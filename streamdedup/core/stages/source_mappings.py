@@ -2,8 +2,9 @@
 
 A new version's chunks become content hashes and the packed list of what each content hears (``SourceRefs.refs``);
 the statuses the contents send back are merged into the source's record, and once every content answered for the
-source's version, they make its mapping. Each function is compiled where the kernels are; its ``*_in_python`` twin
-is the Python implementation, which the tests compare with it.
+source's version, they make its mapping, which carries the source's attributes too (``mapping/v2``). Each function
+is compiled where the kernels are; its ``*_in_python`` twin is the Python implementation, which the tests compare
+with it.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from collections.abc import Sequence
 import msgspec
 
 from streamdedup.core import kernels
+from streamdedup.core.model import SourceAttrs
 from streamdedup.core.normalize import normalize
-from streamdedup.core.records import mapping_of_rows, mapping_row
+from streamdedup.core.records import mapped_attrs, mapping_of_rows, mapping_row
 from streamdedup.core.state import MappingEntry, SourceRecord, pack_statuses, unpack_statuses
 
 __all__ = [
@@ -65,13 +67,22 @@ _Mapped = tuple[bytes, tuple[bytes, list[tuple[int, str]]] | None]
 
 
 def source_mapping(
-    source_id: str, chunks: Sequence[str], statuses: bytes, version: int, before: bytes, sent: bool
+    source_id: str,
+    attrs: SourceAttrs,
+    chunks: Sequence[str],
+    statuses: bytes,
+    version: int,
+    before: bytes,
+    sent: bool,
 ) -> _Mapped | None:
     """Return a source's mapping for ``version`` as :func:`mapping_in_python` says, compiled where the kernels are."""
     compiled = kernels.native()
     if compiled is None:
-        return mapping_in_python(source_id, chunks, statuses, version, before, sent)
-    return compiled.source_mapping(source_id, chunks, statuses, version, before, sent)  # type: ignore[no-any-return]
+        return mapping_in_python(source_id, attrs, chunks, statuses, version, before, sent)
+    # The attributes are described (sorted, formatted) only for a record to write: most calls write none.
+    return compiled.source_mapping(  # type: ignore[no-any-return]
+        source_id, attrs, mapped_attrs, chunks, statuses, version, before, sent
+    )
 
 
 def merge_statuses(chunks: Sequence[str], statuses: bytes, incoming: Sequence[bytes]) -> bytes | None:
@@ -84,6 +95,7 @@ def merge_statuses(chunks: Sequence[str], statuses: bytes, incoming: Sequence[by
 
 def mapping_in_python(
     source_id: str,
+    attrs: SourceAttrs,
     chunks: Sequence[str],
     statuses: bytes,
     version: int,
@@ -93,10 +105,12 @@ def mapping_in_python(
     """A source's mapping in Python (the compiled ``source_mapping``'s twin, which the tests compare it with).
 
     A source's mapping for ``version`` from its chunks and its contents' statuses (a packed status list): None
-    until every content
-    answered for that version. Else the fingerprint of each entry and, unless those equal ``before`` and ``sent``
-    says the mapping sent last was for this version, the value of its ``source-mappings`` record as JSON, with the
-    (position, chunk id) of each exact copy whose fingerprint is not the one ``before`` holds for its position.
+    until every content answered for that version. Else the fingerprint of each entry and, unless those equal
+    ``before`` and ``sent`` says the mapping sent last was for this version, the value of its ``source-mappings``
+    record as JSON (what it says of the source's ``attrs``, :func:`~streamdedup.core.records.mapped_attrs`, and
+    the entries), with the (position, chunk id) of each exact copy whose fingerprint is not the one ``before``
+    holds for its position. The fingerprints do not cover ``attrs``: a source's attributes change only with its
+    version, and a new version's mapping is always sent.
     """
     record = SourceRecord(version=version, chunks=list(chunks), statuses=statuses)
     entries = current_mapping("", record)
@@ -111,7 +125,7 @@ def mapping_in_python(
         for e, cut in zip(entries, at, strict=True)
         if e.relation == "exact" and before[cut] != mapped[cut]
     ]
-    value = mapping_of_rows(source_id, version, [mapping_row(e) for e in entries])
+    value = mapping_of_rows(source_id, version, mapped_attrs(attrs), [mapping_row(e) for e in entries])
     return mapped, (msgspec.json.encode(value), merged)
 
 
