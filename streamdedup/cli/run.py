@@ -69,9 +69,7 @@ def run_command(
             _rebuild(rebuild_from, state, runner, sink, settings, report, console)
             counters = runner.counters
         if source is None:
-            console.print(summary_table(report, counters, time.monotonic() - started))
-            if out != "-":
-                console.print(f"outputs appended to {out}; state in {state}")
+            _summary(console, report, counters, time.monotonic() - started, out, state)
             return
     if source is None:
         raise ConfigurationError("give INPUT, a JSONL file or a folder (or --rebuild-from OLD_STATE)")
@@ -103,7 +101,13 @@ def run_command(
                 console.print(f"watching {source} (Ctrl-C to stop); outputs go to {out}")
                 _watch(folder, runner, sink, settings, report, console)
             counters = runner.counters
-    console.print(summary_table(report, counters, time.monotonic() - started))
+    _summary(console, report, counters, time.monotonic() - started, out, state)
+
+
+def _summary(
+    console: Console, report: RunReport, counters: RunCounters, seconds: float, out: str, state: Path
+) -> None:
+    console.print(summary_table(report, counters, seconds))
     if out != "-":
         console.print(f"outputs appended to {out}; state in {state}")
 
