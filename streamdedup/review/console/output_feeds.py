@@ -20,6 +20,7 @@ from aiokafka.errors import KafkaError
 
 from streamdedup.core.messages import Output
 from streamdedup.drivers.kafka.admin import partitions_of, start_reader
+from streamdedup.drivers.kafka.generations import reader_names
 from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.errors import StreamDedupError
 from streamdedup.review.console.data import ConsoleData, output_of_line
@@ -122,6 +123,8 @@ class TopicFeed:
                     await asyncio.wait_for(stop.wait(), timeout=_RETRY_SECONDS)
 
     async def _read(self, stop: asyncio.Event) -> None:
+        names = await reader_names(self.settings)  # the serving generation's topics (docs/generations.md)
+        self._topics = {names.output(topic): topic for topic in CONSOLE_TOPICS}
         found = await partitions_of(self.settings, self._topics)
         while len(found) < len(self._topics) and not stop.is_set():
             self.error = "the output topics do not exist yet (no worker has run)"
