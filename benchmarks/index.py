@@ -211,6 +211,12 @@ def timed_sink(directory: Path, dimensions: int, model: str, clock: Clock) -> An
             with clock.part("search", 1):
                 return super().search(vector, k, principals=principals)
 
+        def search_many(
+            self, vectors: Any, k: int, *, principals: Collection[str] | None = None
+        ) -> list[list[Any]]:
+            with clock.part("search", len(vectors)):
+                return super().search_many(vectors, k, principals=principals)
+
         def optimize(self) -> None:
             with clock.part("optimize", 1):
                 super().optimize()

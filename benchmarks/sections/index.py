@@ -36,7 +36,7 @@ def section(lines: list[str]) -> None:
         "upsert": "database: `upsert` (rows with vectors, one `merge_insert`)",
         "update_metadata": "database: `update_metadata` (rows without vectors)",
         "delete": "database: `delete`",
-        "search": "database: `search` (semantic neighbours of each new row)",
+        "search": "database: searches (semantic neighbours of the new rows)",
         "rows": "database: `rows` (what the table holds of a batch's chunks)",
         "optimize": "database: `optimize` (compaction, every 100 writes)",
         "view stage": "rest: view, staging records (RocksDB reads)",
