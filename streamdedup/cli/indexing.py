@@ -191,7 +191,7 @@ def index_command(
     """Bring the index ``into`` up to date with ``source`` (an output file) or the deployment's topics."""
     started = time.monotonic()
     with console.status("loading the embedding model"):
-        embedder = embedder_from_spec(settings.embedder)
+        embedder = embedder_from_spec(settings.embedder, threads=settings.embedder_threads or None)
     sink = open_sink(into, embedder.dimensions, model=embedder.model_id)
     metrics = IndexMetrics(settings.index_port if follow else None)
     try:

@@ -187,6 +187,19 @@ def test_a_missing_model_file_is_a_configuration_error(tmp_path):
         OnnxEmbedder(model_path=tmp_path / "absent.onnx")
 
 
+def test_the_onnx_embedder_uses_every_core_unless_given_a_thread_count(onnx):
+    assert onnx.threads == embeddings.available_cores() >= 1
+    assert onnx._session.get_session_options().intra_op_num_threads == onnx.threads
+    one = OnnxEmbedder(threads=1)
+    assert (one.threads, one._session.get_session_options().intra_op_num_threads) == (1, 1)
+    built = embedder_from_spec("onnx", threads=2)
+    assert isinstance(built, OnnxEmbedder) and built.threads == 2
+    assert isinstance(default := embedder_from_spec("onnx"), OnnxEmbedder)
+    assert default.threads == onnx.threads
+    texts = [words(n, seed=n) for n in (3, 40, 250)]
+    assert np.allclose(one.embed(texts), onnx.embed(texts), atol=1e-5)
+
+
 @pytest.mark.parametrize("arguments", [{"batch_size": 0}, {"threads": 0}])
 def test_the_onnx_embedder_needs_positive_sizes(arguments):
     with pytest.raises(ConfigurationError, match="must be at least 1"):
@@ -383,7 +396,12 @@ def test_onnx_is_the_default_spec(monkeypatch):
     monkeypatch.setattr(embeddings, "OnnxEmbedder", lambda **kwargs: built.append(kwargs) or "onnx embedder")
     assert embedder_from_spec() == "onnx embedder"
     assert embedder_from_spec("onnx", batch_size=7) == "onnx embedder"
-    assert built == [{"batch_size": 32}, {"batch_size": 7}]
+    assert embedder_from_spec("onnx", threads=2) == "onnx embedder"
+    assert built == [
+        {"batch_size": 32, "threads": None},
+        {"batch_size": 7, "threads": None},
+        {"batch_size": 32, "threads": 2},
+    ]
 
 
 def test_a_sentence_transformers_spec_names_the_model(fake_sentence_transformers):
