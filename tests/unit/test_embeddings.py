@@ -147,6 +147,25 @@ def test_a_batch_gives_the_vectors_of_one_text_at_a_time(onnx, monkeypatch):
     np.testing.assert_allclose(onnx.embed(texts), alone, atol=1e-5)
 
 
+def test_a_few_texts_are_cut_into_batches_where_their_lengths_part(onnx, monkeypatch):
+    batches: list[list[int]] = []
+    run = onnx._embed_batch
+
+    def recorded(pieces: list[list[int]]) -> np.ndarray:
+        batches.append([len(p) for p in pieces])
+        return run(pieces)
+
+    texts = [words(n, seed=n) for n in (1, 2, 3, 30, 31, 33, 120, 121, 300, 301, 4, 32)]
+    monkeypatch.setattr(onnx, "_embed_batch", recorded)
+    vectors = onnx.embed(texts)
+    monkeypatch.undo()
+    assert sorted(n for batch in batches for n in batch) == sorted(len(onnx.token_ids(t)) for t in texts)
+    assert 1 < len(batches) < len(texts)
+    for batch in batches:  # ascending, few, and the longest at most a tenth and 2 pieces over the shortest
+        assert batch == sorted(batch) and len(batch) <= onnx.batch_size and batch[-1] <= batch[0] * 1.1 + 2
+    np.testing.assert_allclose(vectors, np.stack([onnx.embed([text])[0] for text in texts]), atol=1e-5)
+
+
 def test_rows_come_back_in_the_order_of_the_texts(onnx):
     texts = [words(80, 11), "short", words(20, 12), "a little longer than short"]
     forward = onnx.embed(texts)
