@@ -4,10 +4,10 @@
     python -m benchmarks.index --sources 60    # more pages
     python -m benchmarks.index --all           # both releases whole, ~35,000 canonical chunks (over an hour)
 
-The documentation of two Django releases, as in ``benchmarks.retrieval`` (one folder, each release's files dated
-to its release day, one collection). The ONNX embedder makes 10 to 35 embeddings/s on one core on chunk-sized
-texts, depending on how busy the machine is, and the benchmark embeds every text three times (steps 2, 4 and 5
-below), so both releases whole would take over an hour. By default it takes a sample: ``--sources N`` pages that
+The documentation of two Django releases, as in ``benchmarks.retrieval`` (one folder, each release's files dated to
+its release day, one collection). The ONNX embedder makes 10 to 35 embeddings/s per core on chunk-sized texts,
+depending on how busy the machine is, and the benchmark embeds every text three times (steps 2, 4 and 5 below), so
+both releases whole would take over an hour on one core. By default it takes a sample: ``--sources N`` pages that
 both releases have, in the order of the SHA-256 of their path (a fixed, deterministic choice spread over the whole
 docs tree), each with both releases' copies, so dedup has copies to save. ``--all`` takes every file of both
 releases.
@@ -210,6 +210,12 @@ def timed_sink(directory: Path, dimensions: int, model: str, clock: Clock) -> An
         def search(self, vector: Any, k: int, *, principals: Collection[str] | None = None) -> list[Any]:
             with clock.part("search", 1):
                 return super().search(vector, k, principals=principals)
+
+        def search_many(
+            self, vectors: Any, k: int, *, principals: Collection[str] | None = None
+        ) -> list[list[Any]]:
+            with clock.part("search", len(vectors)):
+                return super().search_many(vectors, k, principals=principals)
 
         def optimize(self) -> None:
             with clock.part("optimize", 1):
@@ -459,6 +465,7 @@ def main() -> None:
                 "seconds": bare_seconds,
                 "embeddings_per_second": bare_rate,
                 "batch": 32,
+                "threads": bare.threads,
             },
             "ratio_to_bare": cli_rate / bare_rate,
             "ratio_to_bare_in_process": inside_rate / bare_rate,

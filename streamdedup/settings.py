@@ -219,6 +219,13 @@ class Settings(BaseSettings):
         description="Embedding provider of 'index': 'onnx' (all-MiniLM-L6-v2 int8, offline), "
         "'sentence-transformers:<model path or name>' or 'callable:<module>:<attribute>'.",
     )
+    embedder_threads: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Threads of the onnx embedder of 'index' (0: one per core the process may run on); 1 leaves "
+        "the other cores to a dedup worker on the same machine.",
+    )
     semantic_threshold: float = Field(
         0.92,
         gt=0,

@@ -36,7 +36,7 @@ def section(lines: list[str]) -> None:
         "upsert": "database: `upsert` (rows with vectors, one `merge_insert`)",
         "update_metadata": "database: `update_metadata` (rows without vectors)",
         "delete": "database: `delete`",
-        "search": "database: `search` (semantic neighbours of each new row)",
+        "search": "database: searches (semantic neighbours of the new rows)",
         "rows": "database: `rows` (what the table holds of a batch's chunks)",
         "optimize": "database: `optimize` (compaction, every 100 writes)",
         "view stage": "rest: view, staging records (RocksDB reads)",
@@ -53,12 +53,13 @@ def section(lines: list[str]) -> None:
         ("the writer in process (first batch read to last commit)", timed["embeddings_per_second"]),
         ("`streamdedup index` from launch to exit", cli["embeddings_per_second"]),
     ]
+    threads = bare.get("threads", 1)
     lines += [
         f"Machine: {machine_of(result)}. Command: `{result['command']}`.",
         "",
         f"The documentation of Django {releases}, each release dated to its release day, one collection, as in",
         f"[Retrieval](#retrieval). Indexed: {sample['what']}. The ONNX embedder makes 10 to 35 embeddings a",
-        "second on one core of this machine (as busy as it is), and the benchmark embeds every text three times,",
+        "second per core of this machine (as busy as it is), and the benchmark embeds every text three times,",
         "so both releases whole (about 35,000 canonical chunks, `--all`) would take over an hour: by default it",
         "indexes this fixed sample and finishes in minutes (`--sources N` for more pages).",
         *listed,
@@ -67,7 +68,8 @@ def section(lines: list[str]) -> None:
         f"(by relation: {relations}) and {engine['canonical_chunks']:,} canonical chunks "
         f"({engine['run_seconds']:.1f} s from launch). Then",
         "`streamdedup index --into lancedb://DIR --from outputs.jsonl` with the default embedder (all-MiniLM-L6-v2",
-        "int8 on onnxruntime, one thread, batches of 32), as a user runs it; the same run again in the benchmark's",
+        f"int8 on onnxruntime, {_threads(threads)}, batches of 32), as a user runs it; the same run again in the "
+        "benchmark's",
         "process into an empty index, with the LanceDB sink's methods, the model and the view's RocksDB calls timed;",
         "and the bare embedder on the texts the writer embedded, in the same run.",
         "",
@@ -106,6 +108,10 @@ def section(lines: list[str]) -> None:
         f"- Replay embeds nothing: {replay['embedded']:,} texts, {check(replay['embedded'] == 0)}.",
         "",
     ]
+
+
+def _threads(threads: int) -> str:
+    return "one thread" if threads == 1 else f"{threads} threads, one per core"
 
 
 def _count(value: int | None) -> str:

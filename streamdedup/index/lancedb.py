@@ -14,6 +14,8 @@ whose rows come from another embedding model is refused rather than mixed.
 - :meth:`LanceDBSink.search` is a cosine search (flat, exact, unless an ANN index was added to the table) with the
   readers' filter applied first: ``array_has_any(acl, ['*', <principal>, ...])``, each principal a SQL string
   literal with its quotes doubled (the only escape LanceDB's SQL has), so quotes and backslashes stay data.
+  :meth:`LanceDBSink.search_many` searches many vectors in one LanceDB search, which scans the table once for all
+  of them (256 at a time) and gives each vector the rows, scores and order its own search gives.
 - Versions: every write makes a table version and a small data fragment. After every ``optimize_every`` writes the
   sink runs LanceDB's ``optimize``: fragments are compacted, the ``chunk_id`` index takes in the new rows, and
   versions older than ``keep_versions`` are removed (a reader in another process that still reads an older one
@@ -52,6 +54,8 @@ _ROW_COLUMNS = ["chunk_id", "text", "content_hash", "source_ids", "acl", "modifi
 _METADATA_COLUMNS = ["chunk_id", "text", "source_ids", "acl", "modified_at"]
 # Ids per expression: a lookup or a deletion of many ids is split rather than sent as one huge IN list.
 _IDS_PER_QUERY = 1000
+# Query vectors per search of several: one table scan serves them all, and a group bounds the memory it takes.
+_QUERIES_PER_SEARCH = 256
 
 
 def schema(dimensions: int) -> pa.Schema:
@@ -102,6 +106,11 @@ def _sql_string(value: str) -> str:
     'o''k' '''''' 'a\\b'
     """
     return "'" + value.replace("'", "''") + "'"
+
+
+def _check_principals(principals: Collection[str] | None) -> None:
+    if isinstance(principals, str):
+        raise ConfigurationError(f"principals is a list of principals, not the string {principals!r}")
 
 
 def _readable_by(principals: Collection[str]) -> str:
@@ -285,8 +294,7 @@ class LanceDBSink:
 
         A caller holding only ``"*"``, or no principal, reads rows whose ``acl`` holds ``"*"``.
         """
-        if isinstance(principals, str):
-            raise ConfigurationError(f"principals is a list of principals, not the string {principals!r}")
+        _check_principals(principals)
         if k < 1:
             return []
         query = np.asarray(vector, dtype=np.float32).reshape(-1)
@@ -295,12 +303,39 @@ class LanceDBSink:
                 f"a query vector needs {self._dimensions} dimensions, not {query.shape[0]}"
             )
         with _calling("search", self.directory):
-            search = self.table.search(query, vector_column_name="vector", query_type="vector")
-            search = search.distance_type("cosine")
-            if principals is not None:
-                search = search.where(_readable_by(principals), prefilter=True)
-            found = search.select([*_ROW_COLUMNS, "_distance"]).limit(k).to_arrow()
+            found = self._nearest(query, k, principals).to_arrow()
         return [Match(_row(values), 1.0 - float(values["_distance"])) for values in found.to_pylist()]
+
+    def search_many(
+        self, vectors: Vectors, k: int, *, principals: Collection[str] | None = None
+    ) -> list[list[Match]]:
+        """Return what :meth:`search` returns for each row of ``vectors``: one search of many vectors per group.
+
+        LanceDB's search of several vectors shares one scan of the table among them, computes each distance as
+        the search of one vector does and returns each vector's rows nearest first, so the matches, their scores
+        and their order are those of one search per vector.
+        """
+        _check_principals(principals)
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim != 2 or queries.shape[1] != self._dimensions:
+            raise ConfigurationError(f"query vectors need shape (n, {self._dimensions}), not {queries.shape}")
+        if k < 1:
+            return [[] for _ in queries]
+        found: list[list[Match]] = []
+        for start in range(0, len(queries), _QUERIES_PER_SEARCH):
+            group = queries[start : start + _QUERIES_PER_SEARCH]
+            if len(group) == 1:  # LanceDB searches one vector as one, without a query_index column
+                found.append(self.search(group[0], k, principals=principals))
+                continue
+            with _calling("search", self.directory):
+                data = self._nearest(list(group), k, principals).to_arrow()
+            matches: list[list[Match]] = [[] for _ in group]
+            for values in data.to_pylist():
+                matches[int(values["query_index"])].append(
+                    Match(_row(values), 1.0 - float(values["_distance"]))
+                )
+            found += matches
+        return found
 
     def count(self) -> int:
         """Return how many rows the table holds."""
@@ -322,6 +357,14 @@ class LanceDBSink:
         self._writes += 1
         if self._optimize_every and self._writes >= self._optimize_every:
             self.optimize()
+
+    def _nearest(self, query: Any, k: int, principals: Collection[str] | None) -> Any:
+        """Return the cosine search of ``query`` (one vector, or a list of them), readers' filter first."""
+        search = self.table.search(query, vector_column_name="vector", query_type="vector")
+        search = search.distance_type("cosine")
+        if principals is not None:
+            search = search.where(_readable_by(principals), prefilter=True)
+        return search.select([*_ROW_COLUMNS, "_distance"]).limit(k)
 
     def _select(self, where: Expr | None, columns: list[str]) -> pa.Table:
         with _calling("read the index", self.directory):

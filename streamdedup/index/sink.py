@@ -3,8 +3,9 @@
 A :class:`Sink` holds one row per chunk, keyed by ``chunk_id``: the chunk's text and its embedding, its content
 hash, every source that holds it (``source_ids``, complete), its readers (``acl``), the canonical source's
 ``modified_at`` and the id of the embedding model. It can replace rows whole (:meth:`Sink.upsert`), change what
-is not the vector (:meth:`Sink.update_metadata`), delete rows, read them back, and search by vector, optionally
-only among the rows a caller may read: those whose ``acl`` holds ``"*"`` or one of the caller's principals.
+is not the vector (:meth:`Sink.update_metadata`), delete rows, read them back, and search by vector (one, or many at
+once), optionally only among the rows a caller may read: those whose ``acl`` holds ``"*"`` or one of the caller's
+principals.
 
 Every operation is idempotent: applying the same rows, updates or deletions again leaves the same rows, which is
 what lets the index writer repeat a batch after a crash. :func:`streamdedup.index.open_sink` opens a sink by URI;
@@ -106,6 +107,16 @@ class Sink(Protocol):
 
         With ``principals``, only rows whose ``acl`` holds ``"*"`` or one of them are searched (a filter applied
         before the search, so ``k`` readable rows come back when there are that many).
+        """
+        ...
+
+    def search_many(
+        self, vectors: Vectors, k: int, *, principals: Collection[str] | None = None
+    ) -> list[list[Match]]:
+        """Return, for each row of ``vectors``, what :meth:`search` returns for it, in the order of the rows.
+
+        The same matches, scores and order as one search per vector; a database that can search many vectors at
+        once (the index writer searches a batch's new rows so) does it in one request.
         """
         ...
 

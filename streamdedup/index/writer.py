@@ -33,14 +33,16 @@ only in those. A replay cut into other batches touches, batch after batch, every
 mapping or by one of the records, which is the same set.
 
 **Semantic flags** (design §1: semantic duplicates are flagged, never merged). When a text becomes the text of a
-live row (a chunk that had no row in the committed view, or a row with another text), the writer searches the
-sink, once its rows are written, for the ``semantic_neighbours`` nearest other rows, and flags each with a cosine
-of at least ``semantic_threshold`` as a ``review`` record (``streamdedup.review/v1``, reason ``semantic``). The
-decision reads the committed view, not the vector cache, so a crash between the search and the commit raises the
-flag again: flags are delivered at least once, keyed by their pair. A pair whose exact shingle Jaccard (the
-engine's normalization and shingles) reaches the engine's threshold, both texts long enough for near matching, is
-not flagged: the engine verified it, and merged it or flagged it as ``fact_conflict`` or ``acl_boundary`` itself.
-Nor is a pair a reviewer kept separate or merged: the writer reads those decisions from ``audit`` with the rest.
+live row (a chunk that had no row in the committed view, or a row with another text), the writer searches the sink,
+once its rows are written, for the ``semantic_neighbours`` nearest other rows (one search of all the batch's new
+rows, :meth:`~streamdedup.index.sink.Sink.search_many`, which finds what a search per row finds: the rows the batch
+wrote are among the neighbours, those it deleted are not), and flags each with a cosine of at least
+``semantic_threshold`` as a ``review`` record (``streamdedup.review/v1``, reason ``semantic``). The decision reads
+the committed view, not the vector cache, so a crash between the search and the commit raises the flag again: flags
+are delivered at least once, keyed by their pair. A pair whose exact shingle Jaccard (the engine's normalization
+and shingles) reaches the engine's threshold, both texts long enough for near matching, is not flagged: the engine
+verified it, and merged it or flagged it as ``fact_conflict`` or ``acl_boundary`` itself. Nor is a pair a reviewer
+kept separate or merged: the writer reads those decisions from ``audit`` with the rest.
 
 **Counters** (:class:`IndexCounters`) are committed with the read position, so they survive restarts, and are
 computed from the committed view and the records (texts embedded: from the cache writes), so a crash and a replay
@@ -441,11 +443,13 @@ class IndexWriter:
 
         A pair a reviewer kept separate or merged is not flagged again.
         """
-        if not self.semantic_neighbours:
+        if not self.semantic_neighbours or not fresh:
             return []
+        # One search of all the new rows' vectors, after the batch's writes: the same matches as a search per row.
+        queries = np.stack([vectors[row.content_hash] for row in fresh])
+        found = self.sink.search_many(queries, self.semantic_neighbours + 1)
         flags: dict[str, Output] = {}
-        for row in fresh:
-            matches = self.sink.search(vectors[row.content_hash], self.semantic_neighbours + 1)
+        for row, matches in zip(fresh, found, strict=True):
             others = [m for m in matches if m.chunk_id != row.chunk_id][: self.semantic_neighbours]
             for match in others:
                 other = match.row

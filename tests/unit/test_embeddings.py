@@ -147,6 +147,25 @@ def test_a_batch_gives_the_vectors_of_one_text_at_a_time(onnx, monkeypatch):
     np.testing.assert_allclose(onnx.embed(texts), alone, atol=1e-5)
 
 
+def test_a_few_texts_are_cut_into_batches_where_their_lengths_part(onnx, monkeypatch):
+    batches: list[list[int]] = []
+    run = onnx._embed_batch
+
+    def recorded(pieces: list[list[int]]) -> np.ndarray:
+        batches.append([len(p) for p in pieces])
+        return run(pieces)
+
+    texts = [words(n, seed=n) for n in (1, 2, 3, 30, 31, 33, 120, 121, 300, 301, 4, 32)]
+    monkeypatch.setattr(onnx, "_embed_batch", recorded)
+    vectors = onnx.embed(texts)
+    monkeypatch.undo()
+    assert sorted(n for batch in batches for n in batch) == sorted(len(onnx.token_ids(t)) for t in texts)
+    assert 1 < len(batches) < len(texts)
+    for batch in batches:  # ascending, few, and the longest at most a tenth and 2 pieces over the shortest
+        assert batch == sorted(batch) and len(batch) <= onnx.batch_size and batch[-1] <= batch[0] * 1.1 + 2
+    np.testing.assert_allclose(vectors, np.stack([onnx.embed([text])[0] for text in texts]), atol=1e-5)
+
+
 def test_rows_come_back_in_the_order_of_the_texts(onnx):
     texts = [words(80, 11), "short", words(20, 12), "a little longer than short"]
     forward = onnx.embed(texts)
@@ -185,6 +204,19 @@ def test_a_model_with_another_digest_than_expected_is_refused():
 def test_a_missing_model_file_is_a_configuration_error(tmp_path):
     with pytest.raises(ConfigurationError, match="cannot read the model file"):
         OnnxEmbedder(model_path=tmp_path / "absent.onnx")
+
+
+def test_the_onnx_embedder_uses_every_core_unless_given_a_thread_count(onnx):
+    assert onnx.threads == embeddings.available_cores() >= 1
+    assert onnx._session.get_session_options().intra_op_num_threads == onnx.threads
+    one = OnnxEmbedder(threads=1)
+    assert (one.threads, one._session.get_session_options().intra_op_num_threads) == (1, 1)
+    built = embedder_from_spec("onnx", threads=2)
+    assert isinstance(built, OnnxEmbedder) and built.threads == 2
+    assert isinstance(default := embedder_from_spec("onnx"), OnnxEmbedder)
+    assert default.threads == onnx.threads
+    texts = [words(n, seed=n) for n in (3, 40, 250)]
+    assert np.allclose(one.embed(texts), onnx.embed(texts), atol=1e-5)
 
 
 @pytest.mark.parametrize("arguments", [{"batch_size": 0}, {"threads": 0}])
@@ -383,7 +415,12 @@ def test_onnx_is_the_default_spec(monkeypatch):
     monkeypatch.setattr(embeddings, "OnnxEmbedder", lambda **kwargs: built.append(kwargs) or "onnx embedder")
     assert embedder_from_spec() == "onnx embedder"
     assert embedder_from_spec("onnx", batch_size=7) == "onnx embedder"
-    assert built == [{"batch_size": 32}, {"batch_size": 7}]
+    assert embedder_from_spec("onnx", threads=2) == "onnx embedder"
+    assert built == [
+        {"batch_size": 32, "threads": None},
+        {"batch_size": 7, "threads": None},
+        {"batch_size": 32, "threads": 2},
+    ]
 
 
 def test_a_sentence_transformers_spec_names_the_model(fake_sentence_transformers):

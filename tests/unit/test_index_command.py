@@ -166,3 +166,29 @@ def test_another_embedding_model_builds_a_table_beside_the_serving_one(feed: Pat
     again = runner.invoke(app, ["index", "--into", f"lancedb://{into}", "--from", str(out)])
     assert again.exit_code == 0, again.output
     assert serving_table(into) == "chunks-2"
+
+
+@pytest.mark.parametrize(("setting", "threads"), [(0, None), (3, 3)])
+def test_the_index_command_gives_the_embedder_its_thread_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, setting: int, threads: int | None
+):
+    from rich.console import Console
+
+    from streamdedup.cli import indexing
+    from streamdedup.settings import Settings
+
+    asked: list[dict[str, object]] = []
+
+    class Stop(Exception):
+        pass
+
+    def embedder_from_spec(spec: str, **options: object) -> None:
+        asked.append({"spec": spec, **options})
+        raise Stop
+
+    monkeypatch.setattr(indexing, "embedder_from_spec", embedder_from_spec)
+    with pytest.raises(Stop):
+        indexing.index_command(
+            Settings(embedder_threads=setting), f"lancedb://{tmp_path}", None, None, False, None, Console()
+        )
+    assert asked == [{"spec": "onnx", "threads": threads}]

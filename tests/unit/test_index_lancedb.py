@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from streamdedup.errors import ConfigurationError, StateMismatchError
+from streamdedup.index import lancedb as lancedb_sink
 from streamdedup.index import open_sink
 from streamdedup.index.lancedb import TABLE, LanceDBSink
 from streamdedup.index.sink import Row, Sink
@@ -119,6 +120,36 @@ def test_search_is_by_cosine_and_filtered_before_the_limit(sink: LanceDBSink):
         sink.search(unit(0), 5, principals="eng")
     with pytest.raises(ConfigurationError, match="dimensions"):
         sink.search(np.ones(D + 1, dtype=np.float32), 5)
+
+
+@pytest.mark.parametrize("principals", [None, ["eng"], ["hr", "legal"]])
+def test_a_search_of_many_vectors_finds_what_a_search_of_each_finds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, principals: list[str] | None
+):
+    # Few directions, each held by several rows (ties), written in several fragments, some deleted, compacted
+    # half way; the queries are groups of 4 and a last group of 1.
+    monkeypatch.setattr(lancedb_sink, "_QUERIES_PER_SEARCH", 4)
+    sink = LanceDBSink(tmp_path / "lance", D, optimize_every=7)
+    rng = np.random.default_rng(5)
+    directions = rng.normal(size=(6, D)).astype(np.float32)
+    acls = [("*",), ("eng",), ("hr", "legal"), ("eng", "hr")]
+    for start in range(0, 60, 6):
+        rows = [row(f"c{n}", acls[n % len(acls)]) for n in range(start, start + 6)]
+        vectors = directions[[(n * 7) % len(directions) for n in range(start, start + 6)]]
+        sink.upsert(rows, vectors + (rng.random((6, 1)) < 0.3) * 0.01 * unit(start))
+        sink.delete([f"c{n}" for n in range(start, start + 6, 5)])
+    queries = np.concatenate([directions, rng.normal(size=(3, D)).astype(np.float32)])
+    for k in (1, 5, 100):
+        each = [sink.search(q, k, principals=principals) for q in queries]
+        assert k == 1 or any(len({m.score for m in found}) < len(found) for found in each)  # ties
+        assert sink.search_many(queries, k, principals=principals) == each
+    assert sink.search_many(queries[:1], 3) == [sink.search(queries[0], 3)]
+    assert sink.search_many(queries, 0) == [[]] * len(queries)
+    assert sink.search_many(np.empty((0, D), dtype=np.float32), 3) == []
+    with pytest.raises(ConfigurationError, match="shape"):
+        sink.search_many(queries[:, :-1], 3)
+    with pytest.raises(ConfigurationError, match="not the string"):
+        sink.search_many(queries, 3, principals="eng")
 
 
 def test_a_table_of_other_dimensions_or_another_model_is_refused(tmp_path: Path):

@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 from streamdedup.contract.codec import decode_event
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
-from streamdedup.core.model import DeleteEvent
+from streamdedup.core.model import AclEvent, DeleteEvent
 from streamdedup.core.normalize import content_hash, normalize, words
 from streamdedup.core.output_view import View as Fold
 from streamdedup.core.shingles import jaccard
@@ -632,6 +632,151 @@ def test_flags_are_delivered_before_the_commit(paraphrase_records: list[Record],
 def test_flags_are_off_with_no_neighbours(paraphrase_records: list[Record], tmp_path: Path):
     with open_writer(tmp_path, paraphrase_embedder(), semantic_neighbours=0) as writer:
         assert writer.apply(paraphrase_records, {}).reviews == ()
+
+
+# -- the batch's search is the search per row ------------------------------------------------------------------------
+
+# Topics written in words that the embedder counts as the first word of their slot; a silent word counts for nothing
+# (another text, the same vector: ties), an extra word moves the vector a little (one keeps a paraphrase above the
+# threshold, four take it below).
+TOPICS = [
+    [["the"], ["car", "automobile", "vehicle"], ["needs", "requires"], ["new", "fresh"], ["tires", "tyres"],
+     ["before", "ahead"], ["winter", "cold"], ["so"], ["it"], ["grips", "holds"], ["on"], ["snow"], ["and"],
+     ["ice"], ["on"], ["every", "each"], ["road", "street"]],
+    [["quarterly"], ["revenue", "income", "turnover"], ["grew", "rose"], ["in"], ["every", "each"],
+     ["region", "area"], ["while"], ["operating"], ["costs", "expenses"], ["stayed", "remained"], ["flat", "level"],
+     ["for"], ["the"], ["third"], ["year"], ["running"]],
+    [["reset"], ["your"], ["password", "passphrase"], ["from"], ["the"], ["sign"], ["in"], ["page", "screen"],
+     ["by"], ["following", "opening"], ["the"], ["link", "url"], ["we"], ["send", "mail"], ["to"], ["your"],
+     ["email"], ["address", "inbox"]],
+]  # fmt: skip
+SILENT = ["truly", "quite", "simply"]
+EXTRA = ["alpha", "bravo", "charlie", "delta", "echo"]
+ACLS = [("*",), ("eng",), ("support",), ("eng", "support")]
+
+
+def topic_embedder() -> FakeEmbedder:
+    synonyms = {word: slot[0] for topic in TOPICS for slot in topic for word in slot[1:]}
+    return FakeEmbedder(synonyms={**synonyms, **dict.fromkeys(SILENT, "")})
+
+
+def topic_text(rng: np.random.Generator) -> str:
+    if rng.random() < 0.15:  # near copies the engine verifies: same or other facts, same or other readers
+        return REFUND.format(int(rng.choice([30, 14]))) + (" Thank you." if rng.random() < 0.5 else "")
+    topic = TOPICS[int(rng.integers(len(TOPICS)))]
+    words = [str(slot[int(rng.integers(len(slot)))]) for slot in topic]
+    for _ in range(int(rng.integers(3))):
+        words.insert(int(rng.integers(len(words) + 1)), str(rng.choice(SILENT)))
+    words += [str(w) for w in rng.choice(EXTRA, size=int(rng.choice([0, 0, 1, 4])), replace=False)]
+    return " ".join(words).capitalize()
+
+
+def topic_events(seed: int, count: int = 40) -> list[Any]:
+    """Return ``count`` random events of ten sources: upserts of topic texts, deletions, ACL changes, decisions."""
+    rng = np.random.default_rng(seed)
+    versions: dict[str, int] = {}
+    texts: list[str] = []
+    events: list[Any] = []
+    for _ in range(count):
+        source_id = f"src:{int(rng.integers(10))}"
+        version = versions[source_id] = versions.get(source_id, 0) + 1
+        kind = rng.random()
+        if kind < 0.6 or version == 1:
+            chunks = [topic_text(rng) for _ in range(int(rng.integers(1, 4)))]
+            texts += chunks
+            acl = ACLS[int(rng.integers(len(ACLS)))]
+            events.append(upsert(source_id, version, chunks, acl=acl, day=int(rng.integers(1, 6))))
+        elif kind < 0.75:
+            events.append(DeleteEvent(source_id=source_id, version=version))
+        elif kind < 0.9:
+            events.append(
+                AclEvent(source_id=source_id, version=version, acl=ACLS[int(rng.integers(len(ACLS)))])
+            )
+        else:
+            first, second = rng.choice(len(texts), size=2, replace=False)
+            pair = (content_hash(texts[int(first)]), content_hash(texts[int(second)]))
+            if pair[0] != pair[1]:
+                kind_of = "keep_separate" if rng.random() < 0.7 else "merge"
+                decided = decision_event(kind_of, by="ana", pair=pair, reason="semantic", version=version)
+                events.append(parse_decision(decided))
+    return events
+
+
+class OneSearchPerRow:
+    """A sink whose ``search_many`` is one ``search`` per vector: the writer's search before it was batched."""
+
+    def __init__(self, inner: Sink) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def search_many(self, vectors: Any, k: int, *, principals: Any = None) -> list[list[Any]]:
+        return [self.inner.search(vector, k, principals=principals) for vector in vectors]
+
+
+class ComparedSearches:
+    """A sink whose ``search_many`` also searches each vector alone, on the same table, and asserts the same."""
+
+    def __init__(self, inner: Sink, threshold: float) -> None:
+        self.inner, self.threshold = inner, threshold
+        self.tied = 0  # searches with two matches of one score at or above the threshold
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def search_many(self, vectors: Any, k: int, *, principals: Any = None) -> list[list[Any]]:
+        found = self.inner.search_many(vectors, k, principals=principals)
+        assert found == [self.inner.search(vector, k, principals=principals) for vector in vectors]
+        for matches in found:
+            scores = [m.score for m in matches if m.score >= self.threshold]
+            self.tied += len(scores) > len(set(scores))
+        return found
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_batch_search_flags_what_a_search_per_row_flags(engine: Engine, tmp_path: Path, seed: int):
+    records = corpus_records(engine, topic_events(seed))
+    threshold = 0.92
+    covered = {"tie": 0, "same batch": 0, "deleted neighbour": 0, "other readers": 0}
+    for size in (5, 10_000):
+        embedder = topic_embedder()
+        batched = ComparedSearches(
+            open_sink(f"lancedb://{tmp_path / f'batched-{size}'}", embedder.dimensions), threshold
+        )
+        per_row = OneSearchPerRow(open_sink(f"lancedb://{tmp_path / f'per-row-{size}'}", embedder.dimensions))
+        with (
+            IndexWriter(tmp_path / f"writer-batched-{size}", batched, embedder) as writer,
+            IndexWriter(tmp_path / f"writer-per-row-{size}", per_row, embedder) as reference,
+        ):
+            for end, batch in batches(records, size):
+                before = held(writer.sink)
+                report = writer.apply(batch, {"test": str(end).encode()})
+                assert report == reference.apply(batch, {"test": str(end).encode()})
+                after = held(writer.sink)
+                # What the batch exercised: neighbours written in the same batch, rows it deleted next to its new
+                # rows, pairs of rows of other readers.
+                new = {
+                    row["content_hash"]: row["text"]
+                    for chunk_id, row in after.items()
+                    if before.get(chunk_id, {}).get("content_hash") != row["content_hash"]
+                }
+                gone = [row["text"] for chunk_id, row in before.items() if chunk_id not in after]
+                for flag in report.reviews:
+                    assert flag.value is not None
+                    sides = (flag.value["a"], flag.value["b"])
+                    held_hashes = {row["content_hash"] for row in after.values()}
+                    assert {side["content_hash"] for side in sides} <= held_hashes  # no row the batch deleted
+                    covered["same batch"] += all(side["content_hash"] in new for side in sides)
+                    covered["other readers"] += sides[0]["acl"] != sides[1]["acl"]
+                covered["deleted neighbour"] += any(
+                    float(embedder.vector(old) @ embedder.vector(text)) >= threshold
+                    for old in gone
+                    for text in new.values()
+                )
+            assert held(writer.sink) == held(per_row.inner)
+        covered["tie"] += batched.tied
+    assert all(covered.values()), covered
 
 
 # -- search ---------------------------------------------------------------------------------------------------------
