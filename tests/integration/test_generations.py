@@ -130,8 +130,9 @@ def test_a_new_generation_is_built_beside_the_serving_one_with_no_event_sent_aga
         assert seeded > 0
         assert applied < seeded + len(during) + len(after)
 
-        status = cli(deployment, "generations", "status")
+        status = cli(deployment, "generations", "status", "--watch", "--timeout", "120")
         assert status.returncode == 0, status.stderr
+        assert "generation 2: lag 0" in status.stderr
         rows = {r.generation: r for r in asyncio.run(generation_status(deployment.settings))}
         assert (rows[1].serving, rows[1].lag, rows[2].serving, rows[2].lag) == (True, 0, False, 0)
 

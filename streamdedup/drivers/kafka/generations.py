@@ -361,8 +361,8 @@ async def generation_status(settings: Settings) -> list[GenerationStatus]:
             ends, starts = await kafka.ends(partitions), await kafka.starts(partitions)
             done = sum(committed.get(tp, starts[tp]) - starts[tp] for tp in partitions)
             lag = sum(ends[tp] - committed.get(tp, starts[tp]) for tp in partitions)
-            if generation.status == "seeding" or not committed:
-                lag = -1 if generation.status == "seeding" else lag
+            if generation.status == "seeding":
+                lag = -1  # its input offsets are not committed yet: no lag to tell
             found.append(
                 GenerationStatus(
                     generation=generation.generation,
