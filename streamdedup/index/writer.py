@@ -39,10 +39,13 @@ rows, :meth:`~streamdedup.index.sink.Sink.search_many`, which finds what a searc
 wrote are among the neighbours, those it deleted are not), and flags each with a cosine of at least
 ``semantic_threshold`` as a ``review`` record (``streamdedup.review/v1``, reason ``semantic``). The decision reads
 the committed view, not the vector cache, so a crash between the search and the commit raises the flag again: flags
-are delivered at least once, keyed by their pair. A pair whose exact shingle Jaccard (the engine's normalization
-and shingles) reaches the engine's threshold, both texts long enough for near matching, is not flagged: the engine
-verified it, and merged it or flagged it as ``fact_conflict`` or ``acl_boundary`` itself. Nor is a pair a reviewer
-kept separate or merged: the writer reads those decisions from ``audit`` with the rest.
+are delivered at least once, keyed by their pair. Only the new rows that have some row within a hair of the
+threshold are searched in the sink: the writer holds the table's vectors in memory, read from the sink at the first
+search and kept in step with its writes (:class:`~streamdedup.index.neighbours.VectorMatrix`); the other rows could
+not be flagged, so the flags are those a search of every new row gives. A pair whose exact shingle Jaccard (the
+engine's normalization and shingles) reaches the engine's threshold, both texts long enough for near matching, is
+not flagged: the engine verified it, and merged it or flagged it as ``fact_conflict`` or ``acl_boundary`` itself.
+Nor is a pair a reviewer kept separate or merged: the writer reads those decisions from ``audit`` with the rest.
 
 **Counters** (:class:`IndexCounters`) are committed with the read position, so they survive restarts, and are
 computed from the committed view and the records (texts embedded: from the cache writes), so a crash and a replay
@@ -68,6 +71,7 @@ from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
 from streamdedup.index.counters import BatchReport, IndexCounters
 from streamdedup.index.embeddings import Embedder
+from streamdedup.index.neighbours import MAX_ROWS, VectorMatrix
 from streamdedup.index.sink import Match, Row, Sink, Vectors
 from streamdedup.query.live_view import Pending, Record, ViewWriter
 from streamdedup.query.safety_net import ChunkLookup, Hit, Kept, SafetyNet
@@ -91,7 +95,9 @@ class IndexWriter:
 
     ``params`` are the engine's parameters (shingle size, threshold, minimum shingles) that decide which pairs the
     engine handled itself; the defaults are the engine's. The writer owns the view it opens, not the sink:
-    :meth:`close` closes the view.
+    :meth:`close` closes the view. It holds up to ``memory_rows`` of the sink's vectors in memory to search only
+    the new rows that can have a semantic neighbour (:mod:`streamdedup.index.neighbours`); past that, or with 0, it
+    searches every new row in the sink.
     """
 
     def __init__(
@@ -104,6 +110,7 @@ class IndexWriter:
         semantic_neighbours: int = 5,
         params: EngineParams | None = None,
         vector_source: Callable[[Sequence[str]], Mapping[str, bytes]] | None = None,
+        memory_rows: int = MAX_ROWS,
     ) -> None:
         if not 0.0 < semantic_threshold <= 1.0:
             raise ConfigurationError(f"semantic_threshold must be in (0, 1], not {semantic_threshold}")
@@ -129,6 +136,9 @@ class IndexWriter:
         #: Where vectors not in this writer's cache are looked up by content hash before the embedder is called
         #: (another table's writer of the same model: :meth:`cached_vectors`).
         self.vector_source = vector_source
+        #: The sink's vectors in memory, read from it at the first search (:mod:`streamdedup.index.neighbours`).
+        self._matrix: VectorMatrix | None = None
+        self._memory_rows = memory_rows
         self.model = embedder.model_id
         self.dimensions = embedder.dimensions
         self.view = ViewWriter(directory)
@@ -217,12 +227,21 @@ class IndexWriter:
         deletes = [chunk_id for chunk_id, row in after.items() if row is None and chunk_id in held]
 
         vectors, embedded = self._vectors({row.content_hash: row.text for row in [*written, *upserts]})
-        if upserts:
-            self.sink.upsert(upserts, np.stack([vectors[row.content_hash] for row in upserts]))
-        if updates:
-            self.sink.update_metadata(updates)
-        if deletes:
-            self.sink.delete(deletes)
+        try:
+            if upserts:
+                stacked = np.stack([vectors[row.content_hash] for row in upserts])
+                self.sink.upsert(upserts, stacked)
+                if self._matrix is not None:
+                    self._matrix.put([row.chunk_id for row in upserts], stacked)
+            if updates:
+                self.sink.update_metadata(updates)
+            if deletes:
+                self.sink.delete(deletes)
+                if self._matrix is not None:
+                    self._matrix.remove(deletes)
+        except BaseException:
+            self._matrix = None  # the sink may hold part of the batch: read it again at the next search
+            raise
         reviews = self._semantic(written, vectors, pending)
 
         # What the batch changed in the index, by the committed view and the staged one (never by the sink, which
@@ -374,9 +393,18 @@ class IndexWriter:
         """
         if not self.semantic_neighbours or not fresh:
             return []
-        # One search of all the new rows' vectors, after the batch's writes: the same matches as a search per row.
+        # One search of the new rows' vectors, after the batch's writes: the same matches as a search per row. The
+        # rows without another row near enough to be flagged are left out (streamdedup.index.neighbours).
         queries = np.stack([vectors[row.content_hash] for row in fresh])
-        found = self.sink.search_many(queries, self.semantic_neighbours + 1)
+        if self._matrix is None:
+            self._matrix = VectorMatrix.of_sink(self.sink, max_rows=self._memory_rows)
+        near = self._matrix.near(queries, [row.chunk_id for row in fresh], self.semantic_threshold)
+        wanted = [n for n, hit in enumerate(near) if hit]
+        found: list[list[Match]] = [[] for _ in fresh]
+        if wanted:
+            searched = self.sink.search_many(queries[wanted], self.semantic_neighbours + 1)
+            for n, matches in zip(wanted, searched, strict=True):
+                found[n] = matches
         flags: dict[str, Output] = {}
         for row, matches in zip(fresh, found, strict=True):
             others = [m for m in matches if m.chunk_id != row.chunk_id][: self.semantic_neighbours]
