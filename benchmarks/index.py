@@ -1,31 +1,37 @@
 """Index writer: embeddings per second of ``streamdedup index`` with the ONNX embedder, and where its time goes.
 
-    python -m benchmarks.index                 # 30 pages of Django 5.1 and 5.2, both copies of each (a few minutes)
-    python -m benchmarks.index --sources 60    # more pages
-    python -m benchmarks.index --all           # both releases whole, ~35,000 canonical chunks (over an hour)
+    python -m benchmarks.index                 # 100 pages of Django 5.1 and 5.2, both copies of each (~7 minutes)
+    python -m benchmarks.index --sources 30    # fewer pages
+    python -m benchmarks.index --all           # both releases whole, ~35,000 canonical chunks (hours)
 
 The documentation of two Django releases, as in ``benchmarks.retrieval`` (one folder, each release's files dated to
-its release day, one collection). The ONNX embedder makes 10 to 35 embeddings/s per core on chunk-sized texts,
-depending on how busy the machine is, and the benchmark embeds every text three times (steps 2, 4 and 5 below), so
-both releases whole would take over an hour on one core. By default it takes a sample: ``--sources N`` pages that
+its release day, one collection). The ONNX embedder makes 50 to 130 embeddings/s on chunk-sized texts on two cores,
+depending on how busy the machine is, and the benchmark embeds every text eight times (steps 2 to 5 below, with
+three rounds), so both releases whole would take hours. By default it takes a sample: ``--sources N`` pages that
 both releases have, in the order of the SHA-256 of their path (a fixed, deterministic choice spread over the whole
 docs tree), each with both releases' copies, so dedup has copies to save. ``--all`` takes every file of both
 releases.
 
 1. ``streamdedup run SAMPLE --state S --out outputs.jsonl`` runs the embedded engine on the sample.
-2. ``streamdedup index --into lancedb://A --from outputs.jsonl``, from launch to exit: texts embedded per second.
-3. A replay: the same file under a second name (a hard link), which the writer has never read, into the same
-   index: every record is applied again, and every vector must come from the writer's cache (0 texts embedded).
-   Then the command's start: an empty file into an empty index, from launch to exit, and of that, importing
-   lancedb (``python -c "import lancedb"`` less ``python -c pass``).
-4. The same index run in this process into an empty index B: an :class:`~streamdedup.index.writer.IndexWriter`
-   with an ``OnnxEmbedder`` and a ``LanceDBSink`` whose methods are timed by a thin subclass (and the writer's
-   view's RocksDB calls by wrappers), so the writer's time splits exactly into the model, the database (sink
-   writes, lookups and searches, the table's ``optimize``) and the rest. The replay is timed the same way.
-5. The bare embedder in the same run: ``OnnxEmbedder.embed`` (batches of at most 32, one thread per core) on the
-   texts the writer embedded, in one call. The writer's embeddings/s over the bare embedder's is the figure
-   compared across runs; on a shared machine it still moves by a fifth or more from one run to the next, as the
-   other work on the machine comes and goes between the measurements.
+2. The index run in this process into an empty index A: an :class:`~streamdedup.index.writer.IndexWriter` with an
+   ``OnnxEmbedder`` and a ``LanceDBSink`` whose methods are timed by a thin subclass (and the writer's view's
+   RocksDB calls by wrappers), so the writer's time splits exactly into the model, the database (sink writes,
+   lookups and searches, the table's ``optimize``) and the rest.
+3. The bare embedder: ``OnnxEmbedder.embed`` (batches of at most 32, one thread per core) on the texts the writer
+   embedded, in one call.
+4. ``streamdedup index --into lancedb://B --from outputs.jsonl``, from launch to exit, into an empty index:
+   texts embedded per second.
+5. The bare embedder again, on the same texts. Steps 4 and 5 make a round, ``--rounds`` of them (3 by default). A
+   round's ratio is the command's embeddings/s over the bare embedder's on either side of it (the mean of their
+   seconds), and the figure is the median round's; the writer's in process is compared with the bare embedder's
+   right after it. On a shared machine the rates move by a fifth or more from one minute to the next, as other work
+   comes and goes.
+6. A replay: the same file under a second name (a hard link), which the writer has never read, into the first
+   round's index from launch and into index A in process: every record is applied again, and every vector must
+   come from the writer's cache (0 texts embedded).
+7. The command's start: an empty file into an empty index, from launch to exit, and of that, importing lancedb
+   (``python -c "import lancedb"`` less ``python -c pass``). It does not grow with the input, so the ratio from
+   launch is lower on a smaller sample.
 """
 
 from __future__ import annotations
@@ -50,8 +56,11 @@ from benchmarks.retrieval import RELEASES, corpus
 
 T = TypeVar("T")
 
-#: Pages (each with both releases' copies) indexed by default: about 1,600 canonical chunks.
-DEFAULT_SOURCES = 30
+#: Pages (each with both releases' copies) indexed by default: about 5,700 canonical chunks, so that the command's
+#: start (2 to 3 s, whatever the input) is a small part of a run from launch, as it is when a real corpus is indexed.
+DEFAULT_SOURCES = 100
+#: Runs of the command from launch, the median ratio reported.
+DEFAULT_ROUNDS = 3
 #: The parts of the writer's time that are the database (the LanceDB sink).
 SINK_PARTS = ("upsert", "update_metadata", "delete", "search", "rows", "optimize")
 #: The parts that are the writer's view (RocksDB): staging records, committing them, the vector cache.
@@ -221,6 +230,13 @@ def shares(parts: dict[str, float], seconds: float) -> dict[str, float]:
     }
 
 
+def bare_seconds_of(embedder: Any, texts: Sequence[str]) -> float:
+    """Return the seconds the bare embedder takes to embed ``texts`` in one call."""
+    started = time.perf_counter()
+    embedder.embed(texts)
+    return time.perf_counter() - started
+
+
 # -- The benchmark ----------------------------------------------------------------------------------------------
 
 
@@ -233,9 +249,17 @@ def main() -> None:
         help="pages that both releases have, each with both copies (default %(default)s)",
     )
     parser.add_argument("--all", action="store_true", help="every file of both releases (over an hour)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=DEFAULT_ROUNDS,
+        help="runs of the command from launch, each followed by the bare embedder (default %(default)s)",
+    )
     args = parser.parse_args()
     if args.sources < 1:
         parser.error("--sources must be at least 1")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     from streamdedup.index.embeddings import OnnxEmbedder
 
@@ -275,15 +299,47 @@ def main() -> None:
             flush=True,
         )
 
-        # As a user runs it: the first index run, then a replay of the same file under another name.
-        cli_index = scratch / "cli-index"
-        cli_seconds = command(
-            "index", "--into", f"lancedb://{cli_index}", "--from", str(outputs),
-            "--reviews", str(scratch / "cli-reviews.jsonl"),
-        )  # fmt: skip
+        # In this process, timed: the first run into an empty index. It also gives the texts the writer embeds,
+        # which the bare embedder then embeds right before and right after the command's run from launch.
+        load_started = time.perf_counter()
+        embedder = OnnxEmbedder()
+        load_seconds = time.perf_counter() - load_started
+        inside_index = scratch / "timed-index"
+        inside = timed_index(outputs, inside_index, embedder, scratch / "timed-reviews.jsonl")
+        texts = inside.pop("texts")
+        print(
+            f"timed: {inside['embedded']:,} texts embedded in {inside['seconds']:.1f} s "
+            f"(model {inside['parts']['embed']:.1f} s)",
+            flush=True,
+        )
+        bare = OnnxEmbedder(batch_size=32)
+        bare_rounds = [bare_seconds_of(bare, texts)]
+        print(f"bare embedder: {len(texts) / bare_rounds[0]:.2f} embeddings/s", flush=True)
+
+        # As a user runs it, into an empty index each round, the bare embedder again after each; then a replay of
+        # the same file under another name into the first round's index.
         reader = OnnxEmbedder()  # reads the writers' counters; never embeds
-        cli = totals(cli_index, reader)
-        print(f"index: {cli.embedded:,} texts embedded in {cli_seconds:.1f} s from launch", flush=True)
+        cli_rounds: list[float] = []
+        for number in range(args.rounds):
+            cli_index = scratch / f"cli-index-{number}"
+            seconds = command(
+                "index", "--into", f"lancedb://{cli_index}", "--from", str(outputs),
+                "--reviews", str(scratch / f"cli-reviews-{number}.jsonl"),
+            )  # fmt: skip
+            cli_rounds.append(seconds)
+            found = totals(cli_index, reader)
+            if number == 0:
+                cli = found
+            elif found.embedded != cli.embedded or found.rows != cli.rows:
+                raise SystemExit(
+                    f"round {number + 1} embedded {found.embedded} texts, the first {cli.embedded}"
+                )
+            print(
+                f"index: {found.embedded:,} texts embedded in {cli_rounds[-1]:.1f} s from launch", flush=True
+            )
+            bare_rounds.append(bare_seconds_of(bare, texts))
+            print(f"bare embedder: {len(texts) / bare_rounds[-1]:.2f} embeddings/s", flush=True)
+        cli_index = scratch / "cli-index-0"
         replay_file = scratch / "outputs-replay.jsonl"
         try:
             os.link(outputs, replay_file)
@@ -296,6 +352,10 @@ def main() -> None:
         after = totals(cli_index, reader)
         replay_embedded = after.embedded - cli.embedded
         print(f"replay: {replay_embedded:,} texts embedded in {replay_seconds:.1f} s from launch", flush=True)
+        replay_inside = timed_index(
+            replay_file, inside_index, embedder, scratch / "timed-replay-reviews.jsonl"
+        )
+        replay_inside.pop("texts")
         # What any run pays before its first record and after its last: an empty file into an empty index, and
         # of that, importing lancedb (beyond the interpreter's own start).
         empty = scratch / "empty.jsonl"
@@ -309,41 +369,31 @@ def main() -> None:
             f"start: an empty file in {start_seconds:.1f} s from launch (importing lancedb {lancedb_seconds:.1f} s)",
             flush=True,
         )
-
-        # In this process, timed: the same first run into an empty index, then its replay.
-        load_started = time.perf_counter()
-        embedder = OnnxEmbedder()
-        load_seconds = time.perf_counter() - load_started
-        inside_index = scratch / "timed-index"
-        inside = timed_index(outputs, inside_index, embedder, scratch / "timed-reviews.jsonl")
-        texts = inside.pop("texts")
-        print(
-            f"timed: {inside['embedded']:,} texts embedded in {inside['seconds']:.1f} s "
-            f"(model {inside['parts']['embed']:.1f} s)",
-            flush=True,
-        )
-        replay_inside = timed_index(
-            replay_file, inside_index, embedder, scratch / "timed-replay-reviews.jsonl"
-        )
-        replay_inside.pop("texts")
-
-        # The bare embedder on the same texts, batch 32, in one call.
-        bare = OnnxEmbedder(batch_size=32)
-        started = time.perf_counter()
-        bare.embed(texts)
-        bare_seconds = time.perf_counter() - started
     total_seconds = time.perf_counter() - began
 
+    # The command from launch against the bare embedder measured on either side of it, the writer in process
+    # against the bare embedder measured right after it.
+    # Each round's ratio: its embeddings/s from launch over the bare embedder's on either side of it (the mean of
+    # their seconds); the figure is the median of the rounds.
+    round_ratios = [
+        (cli.embedded / seconds) / (len(texts) / ((bare_rounds[n] + bare_rounds[n + 1]) / 2))
+        for n, seconds in enumerate(cli_rounds)
+    ]
+    middle = sorted(range(len(cli_rounds)), key=lambda n: round_ratios[n])[(len(cli_rounds) - 1) // 2]
+    cli_seconds = cli_rounds[middle]
+    bare_seconds = (bare_rounds[middle] + bare_rounds[middle + 1]) / 2
     bare_rate = len(texts) / bare_seconds
+    bare_rate_after_timed = len(texts) / bare_rounds[0]
     cli_rate = cli.embedded / cli_seconds
     after_start_rate = cli.embedded / (cli_seconds - start_seconds)
     inside_rate = inside["embedded"] / inside["seconds"]
     model_rate = inside["embedded"] / inside["parts"]["embed"]
+    inside_ratio = inside_rate / bare_rate_after_timed
     split = shares(inside["parts"], inside["seconds"])
     print(
         f"embeddings/s: index from launch {cli_rate:.2f}, writer in process {inside_rate:.2f}, its model calls "
         f"{model_rate:.2f}, bare embedder {bare_rate:.2f}; ratio to the bare embedder {cli_rate / bare_rate:.2f} "
-        f"from launch, {inside_rate / bare_rate:.2f} in process, {after_start_rate / bare_rate:.2f} from launch "
+        f"from launch, {inside_ratio:.2f} in process, {after_start_rate / bare_rate:.2f} from launch "
         f"without the {start_seconds:.1f} s start"
     )
     print(
@@ -358,7 +408,8 @@ def main() -> None:
         "index",
         {
             "command": "python -m benchmarks.index"
-            + (" --all" if args.all else f" --sources {args.sources}"),
+            + (" --all" if args.all else f" --sources {args.sources}")
+            + f" --rounds {args.rounds}",
             "releases": list(RELEASES),
             "sample": {
                 "all": args.all,
@@ -377,6 +428,8 @@ def main() -> None:
                 "embedding_calls_saved": cli.embedding_calls_saved,
                 "review_flags": cli.review_flags,
                 "embeddings_per_second": cli_rate,
+                "rounds_seconds": cli_rounds,
+                "rounds_ratios": round_ratios,
             },
             "start": {
                 "seconds": start_seconds,
@@ -403,13 +456,14 @@ def main() -> None:
                 "texts": len(texts),
                 "seconds": bare_seconds,
                 "embeddings_per_second": bare_rate,
+                "rounds_seconds": bare_rounds,
                 "batch": 32,
                 "threads": bare.threads,
             },
             "ratio_to_bare": cli_rate / bare_rate,
-            "ratio_to_bare_in_process": inside_rate / bare_rate,
+            "ratio_to_bare_in_process": inside_ratio,
             "ratio_to_bare_after_start": after_start_rate / bare_rate,
-            "ratio_model_calls_to_bare": model_rate / bare_rate,
+            "ratio_model_calls_to_bare": model_rate / bare_rate_after_timed,
             "benchmark_seconds": total_seconds,
         },
     )
