@@ -12,6 +12,12 @@ random generator. It can also deliver messages again, as Kafka does after a cons
   as a crash before its changelog drops them, and the partition's next call takes exactly the same messages
   again, as the Kafka worker does after such a crash (it finds the call's input from the record that opened it).
 
+With ``checkpoint=k``, a partition's state changes are committed only every ``k`` of its calls, each call reading
+the changes of the calls before it, as a worker that commits at checkpoints would; a cut then drops all the
+changes since the partition's last checkpoint, after their calls delivered. ``again`` says how the input of a cut
+is taken again: ``"whole"`` as one call, ``"singly"`` one message per call, each committed at once (the finest
+split there is, so finer than any split the cut calls had).
+
 With ``schedule="pipeline"`` nothing is random: each input event runs to quiescence before the next, and stages
 take their whole queue in pipeline order, partition by partition. With one partition that is exactly what the
 embedded driver does, so the two must produce the same output, byte for byte.
@@ -52,11 +58,17 @@ class SimulationDriver:
         rewind: float = 0.0,
         duplicate: float = 0.0,
         cut: float = 0.0,
+        checkpoint: int = 1,
+        again: str = "whole",
         schedule: str = "random",
         max_steps: int = 2_000_000,
     ) -> None:
         if schedule not in ("random", "pipeline"):
             raise ValueError("schedule must be 'random' or 'pipeline'")
+        if checkpoint < 1 or again not in ("whole", "singly"):
+            raise ValueError("checkpoint must be at least 1, and again 'whole' or 'singly'")
+        self.checkpoint = checkpoint
+        self.again = again
         self.schedule = schedule
         self.engine = engine
         self.partitions = partitions
@@ -78,8 +90,11 @@ class SimulationDriver:
         self.deliveries = 0
         self.redeliveries = 0
         self.cuts = 0
-        # How many messages at a queue's head a cut call left, to be taken again as one call.
+        self.cut_checkpoints = 0  # cuts that dropped the changes of more than one call
+        # How many messages at a queue's head a cut left, to be taken again as one call ("whole") or one by one.
         self._again: dict[tuple[str, int], int] = {}
+        # Per partition, the changes since its last checkpoint: the transaction, the messages, the calls.
+        self._open: dict[tuple[str, int], tuple[Transaction, list[bytes], int]] = {}
 
     def _enqueue(self, message: Message) -> None:
         for stage, partition, part in self.engine.destinations(message, self.partitions):
@@ -105,6 +120,8 @@ class SimulationDriver:
                 next_input += 1
                 continue
             if not busy:
+                for address in list(self._open):
+                    self._close(address)
                 return self.outputs[start:]
             self._step(self.rng.choice(busy))
         raise RuntimeError(f"the simulation did not settle within {self.max_steps} steps")
@@ -112,10 +129,17 @@ class SimulationDriver:
     def _step(self, address: tuple[str, int], size: int | None = None) -> None:
         stage, partition = address
         queue = self.queues[address]
-        size = self._again.pop(address, None) or size or self.rng.randint(1, self.max_batch)
+        again = self._again.pop(address, None)
+        if again is not None and self.again == "singly":
+            if again > 1:
+                self._again[address] = again - 1
+            size, alone = 1, True
+        else:
+            size, alone = again or size or self.rng.randint(1, self.max_batch), again is not None
         raw, self.queues[address] = queue[:size], queue[size:]
         batch = [_decoder.decode(item) for item in raw]
-        txn = Transaction(self.store)
+        opened = self._open.pop(address, None)
+        txn, taken, calls = opened if opened is not None else (Transaction(self.store), [], 0)
         produced = self.engine.handle(stage, batch, txn.partition(stage, partition))
         self.deliveries += len(batch)
         for item in produced:
@@ -123,11 +147,21 @@ class SimulationDriver:
                 self.outputs.append(item)
             else:
                 self._enqueue(item)
+        taken = taken + raw
         if self.cut and self.rng.random() < self.cut:
-            self.queues[address][:0] = raw  # the state changes are lost with the crash; the input is not
-            self._again[address] = len(raw)
+            # The changes since the last checkpoint are lost with the crash; their input is not.
+            self.queues[address][:0] = taken
+            self._again[address] = len(taken) + (self._again.pop(address, 0) if alone else 0)
             self.cuts += 1
+            self.cut_checkpoints += calls > 0
             return
+        self._open[address] = (txn, taken, calls + 1)
+        if alone or calls + 1 >= self.checkpoint or self.schedule == "pipeline":
+            self._close(address)
+
+    def _close(self, address: tuple[str, int]) -> None:
+        """Commit a partition's changes since its last checkpoint."""
+        txn, raw, _ = self._open.pop(address)
         txn.commit()
         self.history[address].extend(raw)
         if self.rewind and self.rng.random() < self.rewind:

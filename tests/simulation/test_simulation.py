@@ -78,6 +78,53 @@ def test_calls_cut_after_they_delivered_and_taken_again_alone_reach_the_embedded
     assert view.compacted(with_revision=False) == run_embedded(engine, feed).compacted(with_revision=False)
 
 
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize(
+    ("partitions", "checkpoint", "rewind", "duplicate"),
+    [(2, 4, 0.0, 0.0), (3, 8, 0.05, 0.05), (2, 2, 0.1, 0.0)],
+)
+def test_checkpoints_cut_after_they_delivered_and_taken_again_one_message_a_call_reach_the_embedded_view(
+    engine, seed, partitions, checkpoint, rewind, duplicate
+):
+    # A worker that commits a partition's state every few calls loses all of them to a crash after they delivered.
+    # Taking their input again one message per call, the finest split there is (so finer than the split they
+    # had), every change they delivered is delivered again or undone, and the view is the embedded one.
+    rng = random.Random(seed)
+    feed = random_feed(rng, sources=5, events=40, pool=ParagraphPool(rng, families=3))
+    sim = SimulationDriver(
+        engine,
+        partitions=partitions,
+        seed=seed,
+        cut=0.2,
+        max_batch=8,
+        checkpoint=checkpoint,
+        again="singly",
+        rewind=rewind,
+        duplicate=duplicate,
+    )
+    view = View().apply_all(sim.run(feed))
+    assert sim.cut_checkpoints > 0
+    assert check_invariants(view, live_sources(feed), threshold=0.8, shingle_size=5) == []
+    assert view.compacted(with_revision=False) == run_embedded(engine, feed).compacted(with_revision=False)
+
+
+def test_checkpoints_taken_again_as_one_call_can_leave_a_change_standing(engine):
+    # The same cuts with their input taken again as one call: for some feed, a change the cut calls delivered is
+    # undone within that one call, which then says nothing of it, and the view keeps it.
+    differs = 0
+    for seed in range(40):
+        rng = random.Random(seed)
+        feed = random_feed(rng, sources=5, events=40, pool=ParagraphPool(rng, families=3))
+        sim = SimulationDriver(
+            engine, partitions=2, seed=seed, cut=0.2, max_batch=8, checkpoint=4, again="whole"
+        )
+        view = View().apply_all(sim.run(feed))
+        differs += view.compacted(with_revision=False) != run_embedded(engine, feed).compacted(
+            with_revision=False
+        )
+    assert differs > 0
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize(
     ("partitions", "rewind", "duplicate"), [(1, 0.0, 0.0), (2, 0.0, 0.0), (3, 0.1, 0.0), (4, 0.05, 0.05)]
