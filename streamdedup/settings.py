@@ -214,6 +214,15 @@ class Settings(BaseSettings):
         None, description="Testing only: 'point:n' kills the worker the n-th time it passes a fault point."
     )
     commit_interval: float = Field(1.0, gt=0, description="Seconds between consumer offset commits.")
+    checkpoint_interval: float = Field(
+        0.5,
+        gt=0,
+        description="Seconds between a worker's checkpoints of a stage partition: its calls' outputs acknowledged, "
+        "their changes sent to the changelog and committed with the input they applied.",
+    )
+    checkpoint_messages: int = Field(
+        20_000, ge=1, description="Messages a stage partition's calls may carry before its checkpoint is due."
+    )
     embedder: str = Field(
         "onnx",
         description="Embedding provider of 'index': 'onnx' (all-MiniLM-L6-v2 int8, offline), "

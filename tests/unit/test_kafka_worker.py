@@ -161,6 +161,16 @@ def records(offset: int, *epochs: int) -> Record:
     return Record(offset, None, value)
 
 
+def call(worker: StageWorker, found: list[Record]) -> None:
+    """Apply ``found`` as a round of the worker, then commit its checkpoints."""
+
+    async def round_and_checkpoint() -> None:
+        await worker._round({STAGE_TP: found})
+        await worker._checkpoints(every=True)
+
+    asyncio.run(round_and_checkpoint())
+
+
 def open_store(worker: StageWorker) -> PartitionStore:
     asyncio.run(worker.assign([STAGE_TP]))
     return worker.stores.partitions[("band", 1)]
@@ -174,7 +184,7 @@ def test_a_call_sends_outputs_then_one_changelog_call_and_commits_its_offsets(tm
     logs = Logs()
     worker = make_worker(tmp_path, logs, band_handler())
     store = open_store(worker)
-    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2), records(11, 3, 4)]))
+    call(worker, [records(10, 1, 2), records(11, 3, 4)])
     opener, *changelog = logs.records[CHANGELOG]
     assert (opener.key, opener.value) == (OPEN_KEY, b"-1 11")  # the call applies the input after -1 up to 11
     assert [(r.key, r.value) for r in changelog] == [
@@ -205,18 +215,18 @@ def test_messages_at_or_below_the_applied_offset_are_dropped(tmp_path):
         return []
 
     worker = make_worker(tmp_path, logs, handle)
-    store = open_store(worker)
-    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1), records(11, 2)]))
-    asyncio.run(worker._stage_call(store, STAGE_TP, [records(11, 2), records(12, 3)]))  # 11 read again
+    open_store(worker)
+    call(worker, [records(10, 1), records(11, 2)])
+    call(worker, [records(11, 2), records(12, 3)])  # 11 read again
     assert seen == [1, 2, 3]
-    assert CHANGELOG not in logs.records  # keys that were only read are not written
+    assert [r.key for r in logs.records[CHANGELOG]] == [OPEN_KEY, OPEN_KEY]  # keys only read are not written
 
 
 def test_a_handler_failure_dead_letters_one_message_and_applies_the_rest(tmp_path):
     logs = Logs()
     worker = make_worker(tmp_path, logs, band_handler(fail_on=3))
     store = open_store(worker)
-    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2), records(11, 3, 4), records(12, 5)]))
+    call(worker, [records(10, 1, 2), records(11, 3, 4), records(12, 5)])
     assert state_of(store) == {"b1": b"1", "b2": b"2", "b4": b"4", "b5": b"5"}
     ((letter,),) = [rs for tp, rs in logs.records.items() if tp.topic == "t.dlq"]
     hdrs = dict(letter.headers)
@@ -233,7 +243,7 @@ def test_a_kafka_failure_is_not_blamed_on_the_input_and_leaves_the_store_alone(t
     store = open_store(worker)
     logs.fail_sends = True
     with pytest.raises(KafkaTimeoutError):
-        asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
+        call(worker, [records(10, 1, 2)])
     assert state_of(store) == {} and store.applied == -1
     assert not any(tp.topic == "t.dlq" for tp in logs.records)
 
@@ -245,10 +255,10 @@ def test_a_failing_store_is_not_blamed_on_the_input(tmp_path):
         raise StateError("disk gone")
 
     worker = make_worker(tmp_path, logs, handle)
-    store = open_store(worker)
+    open_store(worker)
     with pytest.raises(StateError, match="disk gone"):
-        asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1)]))
-    assert logs.records == {}
+        call(worker, [records(10, 1)])
+    assert {tp: [r.key for r in rs] for tp, rs in logs.records.items()} == {CHANGELOG: [OPEN_KEY]}
 
 
 @pytest.mark.parametrize("crash", ["changelog-sent", "state-committed"])
@@ -256,7 +266,7 @@ def test_a_crash_after_the_changelog_is_repaired_by_recovery(tmp_path, crash, mo
     logs = Logs()
     worker = make_worker(tmp_path, logs, band_handler())
     store = open_store(worker)
-    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
+    call(worker, [records(10, 1, 2)])
 
     class Killed(BaseException):
         pass
@@ -267,7 +277,7 @@ def test_a_crash_after_the_changelog_is_repaired_by_recovery(tmp_path, crash, mo
 
     monkeypatch.setattr(worker.faults, "passed", passed)
     with pytest.raises(Killed):
-        asyncio.run(worker._stage_call(store, STAGE_TP, [records(11, 3), records(12, 1)]))
+        call(worker, [records(11, 3), records(12, 1)])
     worker.stores.partitions.pop(("band", 1)).close()
 
     again = make_worker(tmp_path, logs, band_handler())
@@ -303,14 +313,16 @@ def epochs_handled(worker: StageWorker) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("elsewhere", [False, True], ids=["same-store", "rebuilt"])
-def test_a_call_cut_after_it_delivered_is_applied_again_alone_and_whole(tmp_path, monkeypatch, elsewhere):
+def test_calls_cut_after_they_delivered_are_applied_again_one_record_per_call(
+    tmp_path, monkeypatch, elsewhere
+):
     logs = Logs()
     worker = make_worker(tmp_path, logs, band_handler())
     store = open_store(worker)
-    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1)]))
+    call(worker, [records(10, 1)])
     killed_at(worker, "outputs-sent", monkeypatch)
     with pytest.raises(Killed):
-        asyncio.run(worker._stage_call(store, STAGE_TP, [records(11, 2), records(12, 3)]))
+        call(worker, [records(11, 2), records(12, 3)])
     worker.stores.partitions.pop(("band", 1)).close()
     assert logs.records[CHANGELOG][-1].key == OPEN_KEY  # it opened and delivered, then died
 
@@ -318,31 +330,37 @@ def test_a_call_cut_after_it_delivered_is_applied_again_alone_and_whole(tmp_path
     calls = epochs_handled(again)
     store = open_store(again)
     assert (store.applied, store.cut) == (10, 12)
-    # Only part of the cut call's input is read yet: it waits, and is not done (a restart reads it again).
+    # Part of the cut calls' input: each record is a call of its own, committed at once.
     asyncio.run(again._round({STAGE_TP: [records(10, 1), records(11, 2)]}))
-    assert calls == [] and STAGE_TP not in again._done
-    # The rest of it, and newer input: the cut call's input alone first, as it was, then the newer input.
-    asyncio.run(again._round({STAGE_TP: [records(12, 3), records(13, 4)]}))
-    assert calls == [[2, 3], [4]]
+    assert calls == [[2]] and (store.applied, again._done[STAGE_TP]) == (11, 12)
+    # The rest of it, and newer input: the cut input first, a record per call, then the newer input.
+    call(again, [records(12, 3), records(13, 4)])
+    assert calls == [[2], [3], [4]]
     assert (store.applied, store.cut, again._done[STAGE_TP]) == (13, -1, 14)
     assert state_of(store) == {"b1": b"1", "b2": b"2", "b3": b"3", "b4": b"4"}
-    # Each delivering call opened with its own input: the cut one twice, the same.
+    # A round opens its calls once per partition, past what earlier openings named.
     openings = [r.value for r in logs.records[CHANGELOG] if r.key == OPEN_KEY]
-    assert openings == [b"-1 10", b"10 12", b"10 12", b"12 13"]
+    assert openings == [b"-1 10", b"10 12", b"11 13"]  # sent before the round applied 12 again
 
 
-def test_a_call_that_delivers_nothing_writes_no_opening(tmp_path):
+def test_a_checkpoint_sends_the_last_value_of_each_key_its_calls_wrote_as_one_changelog_call(tmp_path):
     logs = Logs()
-
-    def handle(stage: str, messages: list[BandJoin], state: Any) -> list[Any]:
-        for m in messages:
-            state.put(m.band_keys[0], b"x")
-        return []
-
-    worker = make_worker(tmp_path, logs, handle)
+    worker = make_worker(tmp_path, logs, band_handler())
     store = open_store(worker)
-    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1)]))
-    assert [r.key for r in logs.records[CHANGELOG]] == [b"b1"] and logs.order == [CHANGELOG.topic]
+
+    async def rounds() -> None:
+        await worker._round({STAGE_TP: [records(10, 1, 2)]})
+        await worker._round({STAGE_TP: [records(11, 3)]})
+        assert store.applied == -1 and store.pending is not None  # nothing committed before the checkpoint
+        assert [r.key for r in logs.records[CHANGELOG]] == [OPEN_KEY, OPEN_KEY]
+        await worker._round({STAGE_TP: [records(12, 1)]})  # b1 again, with epoch 1
+        await worker._checkpoints(every=True)
+
+    asyncio.run(rounds())
+    changelog = [r for r in logs.records[CHANGELOG] if r.key != OPEN_KEY]
+    assert [(r.key, r.value) for r in changelog] == [(b"b1", b"1"), (b"b2", b"2"), (b"b3", b"3")]
+    assert [read_headers(r.headers) is not None for r in changelog] == [False, False, True]
+    assert (store.applied, store.pending, worker._done[STAGE_TP]) == (12, None, 13)
 
 
 def test_replay_reports_the_last_call_opened():
@@ -358,7 +376,7 @@ def test_a_call_cut_short_at_the_end_of_the_log_is_left_out_and_repaired(tmp_pat
     logs = Logs()
     worker = make_worker(tmp_path, logs, band_handler())
     store = open_store(worker)
-    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
+    call(worker, [records(10, 1, 2)])
     # A crash in the middle of sending a call: one of its three records reached the log.
     logs.of(CHANGELOG.topic, 1).append(Record(2, b"b1", b"changed"))
     worker.stores.partitions.pop(("band", 1)).close()
@@ -376,7 +394,7 @@ def test_recovery_rebuilds_when_the_store_and_the_log_disagree(tmp_path):
     logs = Logs()
     worker = make_worker(tmp_path, logs, band_handler())
     store = open_store(worker)
-    asyncio.run(worker._stage_call(store, STAGE_TP, [records(10, 1, 2)]))
+    call(worker, [records(10, 1, 2)])
     worker.stores.partitions.pop(("band", 1)).close()
     logs.records[CHANGELOG] = []  # the topic was deleted and created again: the log is behind the store
     logs.start[CHANGELOG] = 0
@@ -504,4 +522,4 @@ def test_a_round_decodes_and_handles_with_the_collector_paused(tmp_path, monkeyp
     assert gc.isenabled()
     asyncio.run(worker._round({STAGE_TP: [records(10, 1, 2)]}))
     assert seen == [("decode", False), ("handle", False)]
-    assert gc.isenabled() and store.applied == 10
+    assert gc.isenabled() and store.pending is not None and store.pending.applied == 10

@@ -18,13 +18,14 @@ more, and applying it whole is right either way:
 Records at the end of the log that no closing record follows are a call a crash cut short: they are not applied,
 and the owner writes the repair call for their keys before it handles anything.
 
-A call that delivers anything (outputs, stage messages, dead letters) first writes one record that *opens* it,
-under a key no state key can take, saying which input offsets it applies: those after the store's applied offset,
-up to ``last``. It is not a write. If a crash cuts the call short after it delivered, its changelog holds the
-opening record and no closing record with ``applied`` at or past ``last``; the partition's next owner then applies
-exactly those input offsets as one call before anything else, so the call delivers exactly what it delivered
-before. Applied with more input, it could deliver less: changes that later input undoes (a chunk whose only source
-is removed) are written by no one, and what the cut call delivered would stay downstream for good.
+Before calls deliver anything (outputs, stage messages, dead letters), a record *opens* them, under a key no state
+key can take, saying which input offsets they apply: those after the store's applied offset, up to ``last``. It is
+not a write. If a crash cuts the calls short after they delivered, the changelog holds the opening record and no
+closing record with ``applied`` at or past ``last``; the partition's next owner then applies those input offsets
+again, one record per call, before anything else, so each change the cut calls delivered is delivered again or
+undone (:mod:`.checkpoints`). Applied as one call, or with more input, they could deliver less: changes that later
+input undoes (a chunk whose only source is removed) are written by no one, and what the cut calls delivered would
+stay downstream for good.
 
 >>> replay = Replay()
 >>> replay.feed(0, b"k1", b"v1", [])

@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaTimeoutError
 from streamdedup.core.partitioning import positive_murmur2
 from streamdedup.drivers.kafka.metrics import Metrics
 
-__all__ = ["FaultPoints", "Sends", "TopicPartitions"]
+__all__ = ["FaultPoints", "Queued", "Sends", "TopicPartitions", "acknowledged"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,9 +157,10 @@ class Sends:
                 )  # fmt: skip
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def send(self) -> dict[tuple[str, int], int]:
-        """Send every batch and wait until Kafka has all of them; return the last offset per topic partition."""
-        pending: list[tuple[tuple[str, int], int, asyncio.Future[Any]]] = []
+    async def queue(self) -> list[Queued]:
+        """Hand every batch to the producer without waiting for Kafka; return what each batch will be acknowledged
+        by (:func:`acknowledged` waits for them)."""
+        pending: list[Queued] = []
         # Only a test that arms the fault point makes the first batch wait for Kafka before the others are sent.
         cut = self._faults.armed("outputs-partial") and self._kind == "output"
         cut = cut and sum(len(b.builders) for b in self._by_tp.values()) > 1
@@ -173,9 +174,22 @@ class Sends:
                     self._faults.passed("outputs-partial")
                     cut = False
         self._by_tp = {}
-        last: dict[tuple[str, int], int] = {}
-        if pending:
-            results = await asyncio.gather(*(future for _, _, future in pending))
-            for (tp, count, _), metadata in zip(pending, results, strict=True):
-                last[tp] = max(last.get(tp, -1), int(metadata.offset) + count - 1)
-        return last
+        return pending
+
+    async def send(self) -> dict[tuple[str, int], int]:
+        """Send every batch and wait until Kafka has all of them; return the last offset per topic partition."""
+        return await acknowledged(await self.queue())
+
+
+#: A batch handed to the producer: its topic partition, its records, and the future of Kafka's acknowledgement.
+Queued = tuple[tuple[str, int], int, "asyncio.Future[Any]"]
+
+
+async def acknowledged(pending: Sequence[Queued]) -> dict[tuple[str, int], int]:
+    """Wait until Kafka has every batch of ``pending``; return the last offset per topic partition."""
+    last: dict[tuple[str, int], int] = {}
+    if pending:
+        results = await asyncio.gather(*(future for _, _, future in pending))
+        for (tp, count, _), metadata in zip(pending, results, strict=True):
+            last[tp] = max(last.get(tp, -1), int(metadata.offset) + count - 1)
+    return last

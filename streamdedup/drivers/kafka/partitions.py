@@ -24,8 +24,9 @@ import shutil
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -36,7 +37,7 @@ from streamdedup.store.base import Changes, Transaction, check_params
 from streamdedup.store.record_cache import RecordCache
 from streamdedup.store.rocksdb import RocksDBStore, record_cache, shared_cache
 
-__all__ = ["PartitionStore", "PartitionStores", "RecoveryReport", "recover"]
+__all__ = ["Checkpoint", "PartitionStore", "PartitionStores", "RecoveryReport", "recover"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,19 @@ _REPLAY_COMMIT_RECORDS = 20_000  # records replayed per write batch
 
 def _offset(raw: bytes | None) -> int:
     return -1 if raw is None else int(raw)
+
+
+@dataclass
+class Checkpoint:
+    """A partition's calls since its last commit: their changes (each call reads those before it), the last input
+    offset they applied, and the output batches they handed to the producer (:mod:`.worker`)."""
+
+    txn: Transaction
+    started: float
+    applied: int = -1
+    messages: int = 0
+    delivered: int = 0
+    sent: list[Any] = field(default_factory=list)
 
 
 class PartitionStore:
@@ -72,9 +86,16 @@ class PartitionStore:
         check_params(self.store, self.params, where=str(self.path))
         self.applied = _offset(self.store.get_meta(APPLIED_KEY))
         self.changelog = _offset(self.store.get_meta(CHANGELOG_KEY))
-        # Set by recovery: the last input offset of a call that delivered and was cut short. The next call applies
-        # exactly the input up to it (see :mod:`.changelog`); -1 when there is none.
+        # Set by recovery: the last input offset that records opening calls name, past the applied one: calls that
+        # may have delivered were cut short. Their input is applied again one record per call (see :mod:`.worker`);
+        # -1 when there is none.
         self.cut = -1
+        #: The last input offset the records opening calls name (sent, not always acknowledged yet), and the
+        #: acknowledgement of the last of them.
+        self.opened = self.applied
+        self.open_ack: Any = None
+        #: The calls since the last commit, or None.
+        self.pending: Checkpoint | None = None
 
     @property
     def empty(self) -> bool:

@@ -8,28 +8,34 @@ consumer has fetched and handles each topic partition's records as one call, the
 - an input partition is *ingested*: each record is validated (a feed's change event mapped,
   :mod:`streamdedup.contract.cdc`), the valid events are sent to the source stage
   partition of their source_id (one batch message per partition), the invalid ones to ``dlq``;
-- a stage partition's call drops the records at or below the store's applied offset (read again after a crash),
-  runs the handler on the rest in one store transaction, then, in this order:
+- a stage partition's call drops the records at or below what its store applied (read again after a crash) and
+  runs the handler on the rest in the partition's checkpoint transaction, which holds the changes of the calls
+  since its last checkpoint. What the call delivers (outputs, stage messages, dead letters) is handed to the
+  producer, batched per topic partition, once the record opening the round's calls on the partition is in Kafka
+  (sent before the handlers ran, so nearly always acknowledged by then); nothing else waits for Kafka.
 
-  1. if it produced anything to deliver, sends the record that *opens* the call to the stage's changelog
-     partition (the input offsets the call applies) and waits; then sends the outputs and stage messages,
-     batched per topic partition, and waits for Kafka;
-  2. sends the keys it wrote to the stage's changelog partition as one call (:mod:`.changelog`) and waits;
-  3. commits one RocksDB write batch holding the changes, the applied input offset and the changelog offset.
+At a partition's checkpoint (every ``checkpoint_interval`` seconds, or ``checkpoint_messages`` messages, at a
+rebalance and at the stop), in this order: (1) everything its calls delivered is acknowledged; (2) their changes,
+the last value of each key, go to the stage's changelog partition as one changelog call (:mod:`.changelog`),
+acknowledged; (3) one RocksDB write batch commits the changes, the applied input offset and the changelog offset;
+(4) the consumer may then commit offsets past that input.
 
-  A crash before 2 leaves the input unapplied. If the call had delivered, recovery finds its opening record, and
-  the next call applies exactly the same input again, held until all of it is read, before anything newer, so it
-  delivers the same again (repeating delivered messages is harmless, design §5 I4); applied together with newer
-  input, it could leave what it delivered standing where the newer input undoes it. A crash between 2 and 3 is
-  repaired by recovery, which replays the call from the changelog. After 3, the input is never applied twice,
-  whatever the group's committed offset says.
+A crash before (2) leaves the input since the last checkpoint unapplied. If those calls may have delivered,
+recovery finds the record that opened them, and their input is applied again one record per call, each committed
+at once, before anything newer: a split at least as fine as theirs, so each change they delivered is delivered
+again or undone (repeating delivered messages is harmless, design §5 I4); applied as one call, or with newer
+input, a change undone within the call would be written by no one. A crash between (2) and (3) is repaired by
+recovery, which replays the changelog call. After (3), the input is never applied twice, whatever the group's
+committed offset says. A crash repeats at most what the last checkpoint had not committed.
+:mod:`.checkpoints` says more.
 
 The consumer's committed offsets only say where to start reading after a restart; correctness does not depend on
 them. They are committed every ``commit_interval`` seconds, and a watchdog recommits a partition whose committed
 offset stays behind what was applied.
 
 A handler that raises does not take its call with it: the call's messages are applied again one at a time, each in
-a transaction nested in the call's, and the one that fails goes to ``dlq`` with the error and where it came from.
+a transaction nested in the checkpoint's, and the one that fails goes to ``dlq`` with the error and where it came
+from.
 Any other failure (Kafka, the store) stops the worker without committing, so a restart reads the call again.
 """
 
@@ -55,11 +61,11 @@ from streamdedup.core.model import InputEvent
 from streamdedup.core.output_view import OUTPUT_TOPICS
 from streamdedup.drivers.collector import collector_paused
 from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
-from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
-from streamdedup.drivers.kafka.ingest import Ingest
+from streamdedup.drivers.kafka.checkpoints import Checkpoints
+from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions, acknowledged
 from streamdedup.drivers.kafka.metrics import Metrics
 from streamdedup.drivers.kafka.offsets import CommittedOffsets
-from streamdedup.drivers.kafka.partitions import PartitionStore, PartitionStores, recover
+from streamdedup.drivers.kafka.partitions import Checkpoint, PartitionStore, PartitionStores, recover
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES
 from streamdedup.errors import StateError
 from streamdedup.settings import Settings
@@ -90,7 +96,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.worker.assign(assigned)
 
 
-class StageWorker(Ingest, CommittedOffsets, mode.Service):
+class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
     """Consume, apply and deliver, with state in one partition store per assigned stage partition."""
 
     def __init__(
@@ -134,7 +140,6 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         self._instance = uuid.uuid4().hex[:12]
         self._calls = 0
         self._done: dict[TopicPartition, int] = {}  # next offset to read, per partition handled
-        self._held: dict[TopicPartition, list[Any]] = {}  # input of a cut call, until all of it is read
         self._committed: dict[TopicPartition, int] = {}
         self._behind: dict[TopicPartition, int] = {}
         self._last_commit = 0.0
@@ -188,6 +193,7 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         async with self._lock:
             if self._consumer is not None:
                 try:
+                    await self._checkpoints(every=True)
                     await self._commit(force=True)
                 except KafkaError as exc:
                     logger.warning("could not commit on the way out: %r", exc)
@@ -208,9 +214,10 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
                 fetched = await consumer.getmany(
                     timeout_ms=int(self.settings.fetch_wait * 1000), max_records=self.settings.fetch_records
                 )
-                if fetched:
-                    async with self._lock:
+                async with self._lock:
+                    if fetched:
                         await self._round(fetched)
+                    await self._checkpoints()
                 if time.monotonic() - self._last_commit >= self.settings.commit_interval:
                     try:
                         await self._commit()
@@ -243,8 +250,15 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
     # Rebalancing.
 
     async def revoke(self, revoked: Sequence[TopicPartition]) -> None:
-        """Wait for the round in flight, then commit what was applied (the partitions may go elsewhere)."""
+        """Wait for the round in flight, commit every partition's calls, then the consumer offsets of what was
+        applied (the partitions may go elsewhere)."""
         async with self._lock:
+            try:
+                await self._checkpoints(every=True)
+            except Exception as exc:  # the new owners apply again what was not committed
+                logger.critical("stopping the worker: a checkpoint before a rebalance failed: %r", exc)
+                await self._crash_app(exc)
+                return
             try:
                 await self._commit(force=True)
             except KafkaError as exc:
@@ -272,9 +286,11 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
                     await self._repair(store, list(report.trailing))
                 cut = max(store.cut, report.cut)
                 store.cut = cut if cut > store.applied else -1
+                store.opened = max(store.opened, store.applied, store.cut)
                 if store.cut >= 0:
                     logger.warning(
-                        "%s-%d: a call that delivered was cut short; its input (%d to %d) is applied again first",
+                        "%s-%d: calls that may have delivered were cut short; their input (%d to %d) is applied "
+                        "again first, one record per call",
                         store.stage, store.partition, store.applied + 1, store.cut,
                     )  # fmt: skip
             records = sum(r.records for r in reports.values())
@@ -283,7 +299,6 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
             self.metrics.recovered_records.inc(records)
             self._done = {tp: o for tp, o in self._done.items() if tp in set(assigned)}
             self._committed = {tp: o for tp, o in self._committed.items() if tp in set(assigned)}
-            self._held = {tp: held for tp, held in self._held.items() if tp in set(assigned)}
             logger.info(
                 "assigned %d partitions; %d stage stores recovered, %d changelog records replayed in %.2f s",
                 len(assigned),
@@ -311,6 +326,7 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         round decodes, makes and encodes a great many objects, nearly all freed by reference counting when it
         ends, and a collector left on walks every live object of the worker again and again meanwhile (decoding
         stage batches took twice as long with it on)."""
+        await self._open_calls(fetched)
         calls = []
         for tp, records in fetched.items():
             if not records:
@@ -325,44 +341,39 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         with collector_paused():
             await asyncio.gather(*calls)
         for tp, records in fetched.items():
-            if records and tp not in self._held:  # held input is not done: a restart must read it again
+            if records and tp.topic in self.inputs:  # a stage partition's input is done at its checkpoint
                 self._done[tp] = max(self._done.get(tp, 0), records[-1].offset + 1)
 
     async def _stage_call(self, store: PartitionStore, tp: TopicPartition, records: Sequence[Any]) -> None:
-        """Apply one partition's new records as one call; after a crash cut a call that delivered short, first
-        exactly that call's input again, held until all of it is read (module docs)."""
-        fresh = [r for r in records if r.offset > store.applied]
+        """Apply one partition's new records as one call; after a crash cut calls that may have delivered short,
+        first their input again, one record per call (:mod:`.checkpoints`)."""
+        done = store.applied if store.pending is None else store.pending.applied
+        fresh = [r for r in records if r.offset > done]
         self.metrics.skipped.inc(len(records) - len(fresh))
-        if store.cut < 0:
-            if fresh:
-                await self._call(store, tp, fresh)
-            return
-        held = self._held.pop(tp, [])
-        if held:
-            fresh = held + [r for r in fresh if r.offset > held[-1].offset]
-        if not fresh:
-            return
-        if fresh[-1].offset < store.cut:
-            self._held[tp] = fresh
-            return
-        again = [r for r in fresh if r.offset <= store.cut]
-        if again:
-            await self._call(store, tp, again)
-        store.cut = -1
-        if len(again) < len(fresh):
-            await self._call(store, tp, fresh[len(again) :])
+        if store.cut >= 0:
+            for record in [r for r in fresh if r.offset <= store.cut]:
+                await self._call(store, tp, [record], alone=True)
+            if not fresh or fresh[-1].offset < store.cut:
+                return
+            store.cut = -1
+            fresh = [r for r in fresh if r.offset > store.applied]
+        if fresh:
+            await self._call(store, tp, fresh)
 
-    async def _call(self, store: PartitionStore, tp: TopicPartition, fresh: Sequence[Any]) -> None:
-        """Apply records as one call: handler, opening and outputs, changelog, write batch (module docs)."""
+    async def _call(
+        self, store: PartitionStore, tp: TopicPartition, fresh: Sequence[Any], *, alone: bool = False
+    ) -> None:
+        """Apply records as one call of the partition's checkpoint: the handler in the checkpoint's transaction,
+        what it delivers handed to the producer once the record opening the call is in Kafka; ``alone``, a call
+        applied again after a crash, committed at once (:mod:`.checkpoints`)."""
         started = time.monotonic()
-        applied = fresh[-1].offset
-        opened = False
+        pending = store.pending
+        if pending is None:
+            pending = store.pending = Checkpoint(store.transaction(), started)
 
         async def before_delivery() -> None:
-            nonlocal opened
-            if not opened:
-                opened = True
-                await self._open_call(store, applied)
+            if store.open_ack is not None:
+                await store.open_ack
 
         stage = store.stage
         letters = self._sends()
@@ -374,26 +385,28 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
                 self._dead_letter(
                     letters, tp, record, f"undecodable batch: {exc!r}", "batch", record.value, None
                 )
-        txn = store.transaction()
+        attempt = pending.txn.nested()
         try:
-            delivered = await self._apply(stage, tp.partition, [m for _, m in carried], txn, before_delivery)
+            delivered = await self._apply(
+                stage, tp.partition, [m for _, m in carried], attempt, before_delivery, pending, alone
+            )
+            attempt.commit()
         except _InputFailure as failure:
             logger.warning(
                 "stage %s: a call of %d failed (%r); one at a time", stage, len(carried), failure.error
             )
-            txn = store.transaction()
-            delivered = await self._one_at_a_time(stage, tp, carried, txn, letters, before_delivery)
+            delivered = await self._one_at_a_time(
+                stage, tp, carried, pending.txn, letters, before_delivery, pending, alone
+            )
         if letters:
             await before_delivery()
-            await letters.send()
-        if delivered:
-            self.faults.passed("outputs-sent")
-        changes = {key: value for writes in txn.changes.values() for key, value in writes.items()}
-        last = await self._write_changelog(store, changes, applied) if changes else store.changelog
-        self.faults.passed("changelog-sent")
-        store.commit(txn, applied=applied, changelog=last)
-        self.faults.passed("state-committed")
+            pending.sent += await letters.queue()
+        pending.applied = fresh[-1].offset
+        pending.messages += len(carried)
+        pending.delivered += delivered
         self.metrics.batch_seconds.labels(stage).observe(time.monotonic() - started)
+        if alone:
+            await self._checkpoint(store)
 
     async def _apply(
         self,
@@ -402,8 +415,11 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         messages: list[Message],
         txn: Transaction,
         before_delivery: Callable[[], Awaitable[None]],
+        pending: Checkpoint,
+        alone: bool,
     ) -> int:
-        """Run the handler in ``txn`` and deliver what it produced; return how many output records it delivered.
+        """Run the handler in ``txn`` and hand what it produced to the producer (``alone``: and wait for Kafka);
+        return how many output records it delivered.
 
         Raise :class:`_InputFailure` for the input's faults (the handler raising, a record too large for Kafka),
         anything else as it is."""
@@ -420,9 +436,12 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         if sends:
             await before_delivery()
         try:
-            await sends.send()
+            queued = await sends.queue()
+            if alone:
+                await acknowledged(queued)
         except (MessageSizeTooLargeError, RecordTooLargeError) as exc:
             raise _InputFailure(exc) from exc
+        pending.sent += queued
         self.metrics.observe_outputs(outputs)
         if stage == "source":
             self.metrics.events_processed.inc(sum(1 for m in messages if isinstance(m, InputEvent)))
@@ -436,6 +455,8 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         txn: Transaction,
         letters: Sends,
         before_delivery: Callable[[], Awaitable[None]],
+        pending: Checkpoint,
+        alone: bool,
     ) -> int:
         """Apply each message in a nested transaction; dead-letter those that fail, with the error and origin.
 
@@ -445,7 +466,9 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         for record, message in carried:
             nested = txn.nested()
             try:
-                delivered += await self._apply(stage, tp.partition, [message], nested, before_delivery)
+                delivered += await self._apply(
+                    stage, tp.partition, [message], nested, before_delivery, pending, alone
+                )
             except _InputFailure as failure:
                 exc = failure.error
                 error = f"processing failed in stage {stage} ({type(exc).__name__}: {exc})"
