@@ -2,7 +2,8 @@
 
 :class:`Checkpoints` is the part of :class:`~streamdedup.drivers.kafka.worker.StageWorker` that opens the calls
 of a round, and commits a partition's calls at a checkpoint: every ``checkpoint_interval`` seconds, once its
-calls carried ``checkpoint_messages`` messages, before its partition is revoked and when the worker stops.
+calls carried ``checkpoint_messages`` messages, when a fetch brings nothing (the input is drained), before its
+partition is revoked and when the worker stops.
 
 **A round.** Before any handler runs, each stage partition with new input gets one record opening its calls on
 its changelog partition, naming the last input offset fetched (``opening``, :mod:`.changelog`), handed to the

@@ -14,11 +14,12 @@ consumer has fetched and handles each topic partition's records as one call, the
   producer, batched per topic partition, once the record opening the round's calls on the partition is in Kafka
   (sent before the handlers ran, so nearly always acknowledged by then); nothing else waits for Kafka.
 
-At a partition's checkpoint (every ``checkpoint_interval`` seconds, or ``checkpoint_messages`` messages, at a
-rebalance and at the stop), in this order: (1) everything its calls delivered is acknowledged; (2) their changes,
-the last value of each key, go to the stage's changelog partition as one changelog call (:mod:`.changelog`),
-acknowledged; (3) one RocksDB write batch commits the changes, the applied input offset and the changelog offset;
-(4) the consumer may then commit offsets past that input.
+At a partition's checkpoint (every ``checkpoint_interval`` seconds, or ``checkpoint_messages`` messages, when a
+fetch brings nothing within ``fetch_wait``, at a rebalance and at the stop), in this order: (1) everything its
+calls delivered is acknowledged; (2) their changes, the last value of each key, go to the stage's changelog
+partition as one changelog call (:mod:`.changelog`), acknowledged; (3) one RocksDB write batch commits the
+changes, the applied input offset and the changelog offset; (4) the consumer may then commit offsets past that
+input (at once when the fetch brought nothing).
 
 A crash before (2) leaves the input since the last checkpoint unapplied. If those calls may have delivered,
 recovery finds the record that opened them, and their input is applied again one record per call, each committed
@@ -214,11 +215,16 @@ class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
                 fetched = await consumer.getmany(
                     timeout_ms=int(self.settings.fetch_wait * 1000), max_records=self.settings.fetch_records
                 )
+                idle = False
                 async with self._lock:
                     if fetched:
                         await self._round(fetched)
-                    await self._checkpoints()
-                if time.monotonic() - self._last_commit >= self.settings.commit_interval:
+                        await self._checkpoints()
+                    elif any(store.pending is not None for store in self.stores.partitions.values()):
+                        # Nothing came within fetch_wait: commit what was applied now, not at the next checkpoint.
+                        await self._checkpoints(every=True)
+                        idle = True
+                if idle or time.monotonic() - self._last_commit >= self.settings.commit_interval:
                     try:
                         await self._commit()
                     except KafkaError as exc:  # the state holds what was applied; the next commit catches up
@@ -350,6 +356,8 @@ class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
         done = store.applied if store.pending is None else store.pending.applied
         fresh = [r for r in records if r.offset > done]
         self.metrics.skipped.inc(len(records) - len(fresh))
+        if records[0].offset <= store.applied:  # read again after a restart: what the state holds is done
+            self._done[tp] = max(self._done.get(tp, 0), min(records[-1].offset, store.applied) + 1)
         if store.cut >= 0:
             for record in [r for r in fresh if r.offset <= store.cut]:
                 await self._call(store, tp, [record], alone=True)
