@@ -46,6 +46,8 @@ class MountingApp(Worker):
             "ECHO_OUT": f"{prefix}echo-out",
             "STREAMDEDUP_DATA_DIR": str(data_dir),
         }
+        #: The app's own data directory (Faust's ``datadir``); the dedup worker's is ``data_dir``.
+        self.app_data_dir = deployment.root / f"{name}-app-data"
         super().__init__(deployment, data_dir, name, {**own, **(env or {})})
 
     def command(self) -> list[str]:
@@ -54,7 +56,7 @@ class MountingApp(Worker):
             "-m",
             "faust",
             "--datadir",
-            str(self.deployment.root / f"{self.name}-app-data"),
+            str(self.app_data_dir),
             "-A",
             APP_MODULE,
             "worker",
@@ -160,9 +162,12 @@ def test_a_faust_app_with_its_own_agent_and_the_dedup_worker_mounted(deployment,
     assert samples["streamdedup_events_in_total"] == len(events)
     assert page(f"http://127.0.0.1:{app.web_port}/health")[0] == 404
 
-    # Two consumer groups: the app's (its id) for its agent, the deployment's for the dedup worker.
+    # Two consumer groups: the app's (its id) for its agent, the deployment's for the dedup worker; and the
+    # worker's partition stores in its own data directory, none in the app's.
     groups = consumer_groups(deployment)
     assert {f"{deployment.prefix}echo-app", deployment.names.group} <= groups
+    assert len(list((app.data_dir / "partitions").glob("*-*"))) == 4 * len(STAGES)
+    assert app.app_data_dir.is_dir() and not list(app.app_data_dir.rglob("partitions"))
 
     # Stopped with the app (SIGTERM), which exits cleanly.
     app.stop(timeout=120)
