@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.sections import (
+    burst,
     cdc_latency,
     convert_formats,
     dense,
@@ -28,6 +29,7 @@ SECTIONS = [
     ("Popularity", popularity.section),
     ("Dense neighbourhoods", dense.section),
     ("Streaming on the broker", streaming.section),
+    ("A burst on a running worker", burst.section),
     ("State", state.section),
     ("Rebuilding from the retained record", rebuild.section),
     ("Retrieval", retrieval.section),

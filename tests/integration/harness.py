@@ -54,38 +54,46 @@ def until(
 class Worker:
     """A ``streamdedup worker`` process of a deployment."""
 
+    #: Where the worker's pages are on its web server (``/health``, ``/metrics``).
+    web_prefix = ""
+
     def __init__(
         self, deployment: Deployment, data_dir: Path, name: str, env: dict[str, str] | None = None
     ) -> None:
         self.deployment = deployment
         self.data_dir = data_dir
+        self.name = name
         self.web_port = free_port()
         self.log = deployment.root / f"{name}.log"
         self.stopped = False
         env = {**os.environ, **deployment.env, **(env or {}), "STREAMDEDUP_WEB_PORT": str(self.web_port)}
         self._output = self.log.open("ab")
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streamdedup.cli",
-                "worker",
-                "--data-dir",
-                str(data_dir),
-                "--loglevel",
-                "info",
-            ],
-            env=env,
-            stdout=self._output,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
+            self.command(), env=env, stdout=self._output, stderr=subprocess.STDOUT, cwd=REPO
         )
+
+    def command(self) -> list[str]:
+        """Return the command line that runs the worker."""
+        return [
+            sys.executable,
+            "-m",
+            "streamdedup.cli",
+            "worker",
+            "--data-dir",
+            str(self.data_dir),
+            "--loglevel",
+            "info",
+        ]
+
+    def url(self, page: str) -> str:
+        """Return the address of one of the worker's pages (``/health``, ``/metrics``)."""
+        return f"http://127.0.0.1:{self.web_port}{self.web_prefix}{page}"
 
     def metrics(self) -> dict[str, float]:
         """Return the worker's Prometheus samples (name with labels -> value)."""
         import urllib.request
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.web_port}/metrics", timeout=5) as response:
+        with urllib.request.urlopen(self.url("/metrics"), timeout=5) as response:
             text = response.read().decode()
         samples = {}
         for line in text.splitlines():
@@ -159,11 +167,16 @@ class Deployment:
         asyncio.run(ensure_topics(self.settings))
 
     def start_worker(
-        self, data_dir: Path | None = None, name: str | None = None, env: dict[str, str] | None = None
+        self,
+        data_dir: Path | None = None,
+        name: str | None = None,
+        env: dict[str, str] | None = None,
+        kind: type[Worker] = Worker,
     ) -> Worker:
-        """Start a worker with its own data directory (``env``: settings of this worker alone)."""
+        """Start a worker with its own data directory (``env``: settings of this worker alone; ``kind``: how it
+        runs, ``streamdedup worker`` unless told)."""
         name = name or f"worker{len(self.workers)}"
-        worker = Worker(self, data_dir or self.root / name, name, env)
+        worker = kind(self, data_dir or self.root / name, name, env)
         self.workers.append(worker)
         return worker
 
@@ -261,7 +274,7 @@ class Deployment:
             if worker.stopped or worker.process.poll() is not None:
                 continue
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{worker.web_port}/health", timeout=2).close()
+                urllib.request.urlopen(worker.url("/health"), timeout=2).close()
             except OSError:
                 return False
         return True

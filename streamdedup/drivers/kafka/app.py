@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import faust
@@ -22,7 +23,7 @@ from streamdedup.drivers.kafka.partitions import PartitionStores
 from streamdedup.drivers.kafka.worker import StageWorker
 from streamdedup.settings import Settings
 
-__all__ = ["build_app", "make_worker"]
+__all__ = ["add_pages", "build_app", "make_worker"]
 
 
 class _NoKafka(BootStrategy):
@@ -51,29 +52,41 @@ def build_app(settings: Settings, stores: PartitionStores | None = None) -> tupl
     metrics = Metrics()
     worker = StageWorker(settings, metrics, on_crash=app.crash, stores=stores)
     app.add_dependency(worker)
+    add_pages(app, metrics, lambda: worker)
+    return app, worker
+
+
+def add_pages(
+    app: faust.App, metrics: Metrics, worker_of: Callable[[], StageWorker | None], prefix: str = ""
+) -> None:
+    """Serve the worker's ``/metrics`` and ``/health`` pages under ``prefix`` on the app's web server
+    (``worker_of()``: the stage worker, or None while it is not made yet)."""
 
     async def metrics_page(web: Any, request: Any) -> Any:
-        worker.update_lag()
+        worker = worker_of()
+        if worker is not None:
+            worker.update_lag()
         return web.bytes(metrics.render(), content_type="text/plain; version=0.0.4")
 
     async def health_page(web: Any, request: Any) -> Any:
+        worker = worker_of()
+        status = "starting" if worker is None else "recovering" if worker.recovering else "ok"
         body = {
-            "status": "recovering" if worker.recovering else "ok",
-            "assigned": len(worker.stores.partitions),
+            "status": status,
+            "assigned": 0 if worker is None else len(worker.stores.partitions),
             "kernels": kernels.kind(),
         }
-        return web.json(body, status=503 if worker.recovering else 200)
+        return web.json(body, status=200 if status == "ok" else 503)
 
     for path, handler in (("/metrics", metrics_page), ("/health", health_page)):
-        _add_page(app, path, handler)
-    return app, worker
+        _add_page(app, prefix + path, handler)
 
 
 def _add_page(app: faust.App, path: str, handler: Any) -> None:
     """Serve ``handler`` at ``path``, as ``@app.page(path)`` does without registering it for venusian's scan
     (which walks every loaded module to find the caller's source: a tenth of a second at each start)."""
     view = View.from_handler(handler)
-    view.view_name = handler.__name__
+    view.view_name = f"streamdedup_{handler.__name__}"  # its name in the app's web server, for url_for
     view.view_path = path
     app.web.add_view(view)
 
