@@ -25,7 +25,8 @@ consumer has fetched and handles each topic partition's records as one call, the
   whatever the group's committed offset says.
 
 The consumer's committed offsets only say where to start reading after a restart; correctness does not depend on
-them. They are committed every ``commit_interval`` seconds, and a watchdog recommits a partition whose committed
+them. They are committed every ``commit_interval`` seconds, all of them as soon as a fetch comes back empty after
+work (so the group's lag reads 0 when the work is done), and a watchdog recommits a partition whose committed
 offset stays behind what was applied.
 
 A handler that raises does not take its call with it: the call's messages are applied again one at a time, each in
@@ -138,6 +139,7 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
         self._committed: dict[TopicPartition, int] = {}
         self._behind: dict[TopicPartition, int] = {}
         self._last_commit = 0.0
+        self._settled = True  # every partition committed since the last round that read anything
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._restore: AIOKafkaConsumer | None = None
@@ -155,6 +157,9 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
             max_batch_size=_BATCH_BYTES,
             max_request_size=MAX_MESSAGE_BYTES + 65536,
             compression_type=self.settings.internal_compression or None,
+            # How long a batch is retried while the broker is away: a broker that restarts takes longer than
+            # the client's default 40 s to be back with its leaders, counting its own start.
+            request_timeout_ms=int(self.settings.delivery_timeout * 1000),
         )
         await self._producer.start()
         self._partitions = TopicPartitions(self._producer)
@@ -177,6 +182,11 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
             fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
             # A connector creates its topics when it first starts: notice them within seconds, not minutes.
             metadata_max_age_ms=5000 if len(self.inputs) > 1 else 300_000,
+            # Failover: a killed worker's partitions move after the session timeout, and the others hear of the
+            # rebalance with their next heartbeat; a rebalance waits for a round in flight (docs/service.md).
+            session_timeout_ms=int(self.settings.session_timeout * 1000),
+            heartbeat_interval_ms=int(self.settings.heartbeat_interval * 1000),
+            rebalance_timeout_ms=int(self.settings.rebalance_timeout * 1000),
         )
         self._consumer.subscribe(
             [*self.inputs, *(self.names.stage(s) for s in STAGES)], listener=_Rebalance(self)
@@ -211,9 +221,16 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
                 if fetched:
                     async with self._lock:
                         await self._round(fetched)
-                if time.monotonic() - self._last_commit >= self.settings.commit_interval:
+                    self._settled = False
+                since = time.monotonic() - self._last_commit
+                # Caught up after work: commit every partition at once, not at the next interval, so the group's
+                # lag reads 0 as soon as the work is done (and a commit lost while the coordinator moved is made
+                # again); at most four times an interval under a trickle of input.
+                settle = not fetched and not self._settled and since >= self.settings.commit_interval / 4
+                if settle or since >= self.settings.commit_interval:
                     try:
-                        await self._commit()
+                        await self._commit(force=settle)
+                        self._settled = self._settled or settle
                     except KafkaError as exc:  # the state holds what was applied; the next commit catches up
                         logger.warning("could not commit offsets: %r", exc)
             except asyncio.CancelledError:
