@@ -239,7 +239,10 @@ class _Run:
             killed, wall = time.perf_counter(), time.time()
             victim.wait(30)
             timeline: list[tuple[float, int]] = []
-            drained = _drained(settings, feed, workers, killed, timeline)
+            try:
+                drained = _drained(settings, feed, workers, killed, timeline)
+            except RuntimeError as exc:  # a worker stopped: the round failed, and says so
+                return _failed(exc, settings, timeline)
             assert feed.done_at is not None
             result = {"seconds": drained - killed, "produced_after_kill_s": feed.done_at - killed}
         finally:
@@ -264,7 +267,10 @@ class _Run:
             start_broker(self.port, self.home)
             back, wall_back = time.perf_counter(), time.time()
             timeline = []
-            drained = _drained(settings, feed, workers, back, timeline)
+            try:
+                drained = _drained(settings, feed, workers, back, timeline)
+            except RuntimeError as exc:
+                return _failed(exc, settings, timeline)
             assert feed.done_at is not None
             result = {
                 "seconds": drained - back,
@@ -285,14 +291,22 @@ def _clock(wall: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(wall)) + f",{int(wall % 1 * 1000):03d}"
 
 
+def _failed(exc: BaseException, settings: Settings, timeline: list[tuple[float, int]]) -> dict[str, Any]:
+    print(f"  the round failed: {exc}")
+    return {"seconds": None, "failure": str(exc), "prefix": settings.topic_prefix, "lag_timeline": timeline}
+
+
 def _summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    seconds = [r["seconds"] for r in rounds]
+    """The median and worst of the rounds that drained (``worst_s`` None when some round failed)."""
+    done = [r for r in rounds if r["seconds"] is not None]
+    seconds = [r["seconds"] for r in done]
     return {
         "rounds": rounds,
-        "median_s": statistics.median(seconds),
-        "worst_s": max(seconds),
-        "views_equal": all(r["view_equal"] for r in rounds),
-        "all_mapped": all(r["documents_mapped"] == DOCUMENTS for r in rounds),
+        "failed_rounds": len(rounds) - len(done),
+        "median_s": statistics.median(seconds) if seconds else None,
+        "worst_s": max(seconds) if len(done) == len(rounds) else None,
+        "views_equal": all(r["view_equal"] for r in done),
+        "all_mapped": all(r["documents_mapped"] == DOCUMENTS for r in done),
     }
 
 
@@ -322,13 +336,13 @@ def main() -> None:
             if args.only in (None, "kill"):
                 kills.append(run.kill_round())
                 print(
-                    f"kill round {i + 1}: lag 0 {kills[-1]['seconds']:.2f} s after the kill {_extra(kills[-1])}"
+                    f"kill round {i + 1}: lag 0 {_seconds(kills[-1]['seconds'])} after the kill {_extra(kills[-1])}"
                 )
                 print("  lag:", kills[-1]["lag_timeline"])
             if args.only in (None, "outage"):
                 outages.append(run.outage_round())
                 print(
-                    f"outage round {i + 1}: lag 0 {outages[-1]['seconds']:.2f} s after the broker's return "
+                    f"outage round {i + 1}: lag 0 {_seconds(outages[-1]['seconds'])} after the broker's return "
                     f"{_extra(outages[-1])}"
                 )
                 print("  lag:", outages[-1]["lag_timeline"])
@@ -353,7 +367,8 @@ def main() -> None:
         if result[name]:
             found = result[name]
             print(
-                f"{name}: median {found['median_s']:.2f} s, worst {found['worst_s']:.2f} s "
+                f"{name}: median {_seconds(found['median_s'])}, worst {_seconds(found['worst_s'])} "
+                f"({found['failed_rounds']} rounds failed) "
                 f"(target {TARGET_SECONDS:.0f} s); views equal: {found['views_equal']}; "
                 f"every document mapped: {found['all_mapped']}"
             )
@@ -372,8 +387,12 @@ def _command(args: argparse.Namespace) -> str:
     )
 
 
+def _seconds(value: float | None) -> str:
+    return "never (the round failed)" if value is None else f"{value:.2f} s"
+
+
 def _extra(found: dict[str, Any]) -> str:
-    skip = {"seconds", "prefix", "rounds", "lag_timeline"}
+    skip = {"seconds", "prefix", "rounds", "lag_timeline", "failure"}
     return "(" + ", ".join(f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in found.items()
                            if k not in skip) + ")"  # fmt: skip
 
