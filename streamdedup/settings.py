@@ -223,7 +223,7 @@ class Settings(BaseSettings):
         "(the broker allows group.min.session.timeout.ms to group.max.session.timeout.ms: 6 to 1,800 s by default).",
     )
     heartbeat_interval: float = Field(
-        1.0,
+        0.5,
         gt=0,
         description="Seconds between a worker's heartbeats, at most a third of the session timeout; a rebalance "
         "reaches a worker with its next heartbeat.",

@@ -70,6 +70,7 @@ __all__ = ["StageWorker"]
 
 logger = logging.getLogger(__name__)
 _BATCH_BYTES = 1024 * 1024  # record batch size of the worker's producer
+_FETCH_MAX_WAIT_MS = 100  # how long the broker holds the worker's fetch while no partition in it has data
 
 
 class _InputFailure(Exception):
@@ -180,6 +181,10 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
             fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+            # A partition whose records a round is handling is left out of the fetch then in flight, so a message
+            # sent back to it waits until that fetch returns: after the broker's wait for data (the client's 500 ms
+            # default) at each such hop of the stages' protocol, which made a backlog's last messages trickle.
+            fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,
             # A connector creates its topics when it first starts: notice them within seconds, not minutes.
             metadata_max_age_ms=5000 if len(self.inputs) > 1 else 300_000,
             # Failover: a killed worker's partitions move after the session timeout, and the others hear of the
@@ -221,18 +226,10 @@ class StageWorker(Ingest, CommittedOffsets, mode.Service):
                 if fetched:
                     async with self._lock:
                         await self._round(fetched)
-                    self._settled = False
-                since = time.monotonic() - self._last_commit
-                # Caught up after work: commit every partition at once, not at the next interval, so the group's
-                # lag reads 0 as soon as the work is done (and a commit lost while the coordinator moved is made
-                # again); at most four times an interval under a trickle of input.
-                settle = not fetched and not self._settled and since >= self.settings.commit_interval / 4
-                if settle or since >= self.settings.commit_interval:
-                    try:
-                        await self._commit(force=settle)
-                        self._settled = self._settled or settle
-                    except KafkaError as exc:  # the state holds what was applied; the next commit catches up
-                        logger.warning("could not commit offsets: %r", exc)
+                try:
+                    await self.commit_when_due(self.settings.commit_interval, read=bool(fetched))
+                except KafkaError as exc:  # the state holds what was applied; the next commit catches up
+                    logger.warning("could not commit offsets: %r", exc)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
