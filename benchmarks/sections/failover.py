@@ -27,8 +27,8 @@ def section(lines: list[str]) -> None:
         f"produced); the broker stays down {result['outage_seconds']:.0f} s, and its return is when `broker.sh start`",
         "has returned (it answers and has started). Each round checks the view against an embedded run of the same",
         "feed. `before`: the worker with the client's defaults (a 10 s session timeout, heartbeats every 3 s, the",
-        "broker holding a fetch up to 500 ms, batches retried for 40 s; an outage round whose worker stopped is not",
-        "counted, see below).",
+        "broker holding a fetch up to 500 ms, a batch retried for 40 s). A round whose worker stopped never drains:",
+        "it shows as such, and leaves the worst figure open.",
         "",
     ]
     before = load_result("failover-before")
