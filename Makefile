@@ -10,7 +10,7 @@ NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name 
 
 .PHONY: setup example test lint docs native-toolchain wheel chromium postgresql clean bench bench-signatures bench-profile \
 	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-cdc \
-	bench-convert bench-rebuild bench-burst bench-report
+	bench-convert bench-rebuild bench-burst bench-failover bench-report
 
 # Without cargo the package installs without its compiled kernels and runs its Python ones (the same results, slower).
 $(STAMP): pyproject.toml constraints.txt $(NATIVE_SOURCES)
@@ -109,11 +109,15 @@ bench-rebuild: $(BENCH_STAMP)
 ## 400 documents of 20 chunks produced at once to a running worker, against `streamdedup run` on the same events.
 bench-burst: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.burst
+## Failover: lag back to 0 after a worker's SIGKILL and after a 20 s broker outage, on a broker of its own that it
+## stops and starts (STREAMDEDUP_BENCH_KAFKA_PORT when 29092 is taken).
+bench-failover: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.failover
 ## Rewrite docs/benchmarks.md from benchmarks/results/*.json without running anything.
 bench-report: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.report
 bench: bench-signatures bench-profile bench-engine bench-streaming bench-state bench-popularity bench-dense \
-	bench-retrieval bench-index bench-floor bench-convert bench-rebuild bench-burst
+	bench-retrieval bench-index bench-floor bench-convert bench-rebuild bench-burst bench-failover
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis

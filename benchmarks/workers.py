@@ -29,7 +29,14 @@ def _free_port() -> int:
 
 
 class _Workers:
-    def __init__(self, settings: Settings, count: int, root: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        count: int,
+        root: Path,
+        env: dict[str, str] | None = None,
+        loglevel: str = "warning",
+    ) -> None:
         self.processes: list[subprocess.Popen[bytes]] = []
         self.ports: list[int] = []
         self.data_dirs: list[Path] = []
@@ -45,7 +52,7 @@ class _Workers:
             self.processes.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "streamdedup.cli", "worker", "--data-dir", str(root / f"w{i}"),
-                     "--loglevel", "warning"],
+                     "--loglevel", loglevel],
                     env={**base, "STREAMDEDUP_WEB_PORT": str(port)}, stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
                 )
             )  # fmt: skip

@@ -67,16 +67,26 @@ async def _produce(settings: Settings, topic: str, values: list[bytes], rate: fl
     return start
 
 
-def start_broker() -> bool:
-    """Start the project's broker on :data:`PORT` unless one answers there; return whether this started it."""
-    if _answers(PORT):
+def _broker_env(port: int, home: Path | None, keep_data: bool = False) -> dict[str, str]:
+    env = {**os.environ, "KAFKA_PORT": str(port)}
+    if home is not None:
+        env["KAFKA_HOME_DIR"] = str(home)
+    if keep_data:
+        env["KAFKA_KEEP_DATA"] = "1"
+    return env
+
+
+def start_broker(port: int = PORT, home: Path | None = None) -> bool:
+    """Start the project's broker on ``port`` (in ``home``, default the script's) unless one answers there; return
+    whether this started it."""
+    if _answers(port):
         return False
     script = REPO / "deploy" / "kafka" / "broker.sh"
-    subprocess.run([str(script), "start"], env={**os.environ, "KAFKA_PORT": str(PORT)}, check=True)
+    subprocess.run([str(script), "start"], env=_broker_env(port, home), check=True)
     return True
 
 
-def stop_broker() -> None:
-    """Stop the broker :func:`start_broker` started."""
+def stop_broker(port: int = PORT, home: Path | None = None, *, keep_data: bool = False) -> None:
+    """Stop the broker :func:`start_broker` started (with ``keep_data``, its topics stay for the next start)."""
     script = REPO / "deploy" / "kafka" / "broker.sh"
-    subprocess.run([str(script), "stop"], env={**os.environ, "KAFKA_PORT": str(PORT)}, check=False)
+    subprocess.run([str(script), "stop"], env=_broker_env(port, home, keep_data), check=False)

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from streamdedup.contract.codec import DEFAULT_LIMITS, EventLimits
@@ -223,6 +223,35 @@ class Settings(BaseSettings):
     checkpoint_messages: int = Field(
         20_000, ge=1, description="Messages a stage partition's calls may carry before its checkpoint is due."
     )
+    # Failover: how soon the group gives a worker's partitions to the others (docs/service.md#failover).
+    session_timeout: float = Field(
+        6.0,
+        ge=1,
+        le=3600,
+        description="Seconds without a heartbeat after which the group gives a worker's partitions to the others "
+        "(the broker allows group.min.session.timeout.ms to group.max.session.timeout.ms: 6 to 1,800 s by default).",
+    )
+    heartbeat_interval: float = Field(
+        0.5,
+        gt=0,
+        description="Seconds between a worker's heartbeats, at most a third of the session timeout; a rebalance "
+        "reaches a worker with its next heartbeat.",
+    )
+    delivery_timeout: float = Field(
+        120.0,
+        ge=10,
+        le=3600,
+        description="Seconds the worker's producer keeps trying to deliver a record batch while Kafka is away or "
+        "elects a leader (also the timeout of one request); past it the worker stops, and what it did not apply is "
+        "read again after a restart.",
+    )
+    rebalance_timeout: float = Field(
+        60.0,
+        ge=1,
+        le=3600,
+        description="Seconds the group waits in a rebalance for each worker to finish its round in flight, commit and "
+        "rejoin; one that takes longer leaves the group.",
+    )
     embedder: str = Field(
         "onnx",
         description="Embedding provider of 'index': 'onnx' (all-MiniLM-L6-v2 int8, offline), "
@@ -256,6 +285,15 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> Settings:
+        if self.heartbeat_interval * 3 > self.session_timeout:
+            raise ValueError(
+                f"heartbeat_interval ({self.heartbeat_interval} s) must be at most a third of session_timeout "
+                f"({self.session_timeout} s)"
+            )
+        return self
 
     @field_validator("boilerplate_allow", mode="before")
     @classmethod

@@ -164,3 +164,19 @@ def test_a_batch_the_producer_could_not_queue_in_time_is_queued_again():
     with pytest.raises(KafkaTimeoutError):
         asyncio.run(sends.send())
     assert gone.attempts == SEND_ATTEMPTS
+
+
+def test_the_failover_settings_are_read_from_the_environment_and_checked(monkeypatch):
+    monkeypatch.setenv("STREAMDEDUP_SESSION_TIMEOUT", "9")
+    monkeypatch.setenv("STREAMDEDUP_HEARTBEAT_INTERVAL", "3")
+    monkeypatch.setenv("STREAMDEDUP_DELIVERY_TIMEOUT", "300")
+    monkeypatch.setenv("STREAMDEDUP_REBALANCE_TIMEOUT", "30")
+    found = Settings()
+    assert (found.session_timeout, found.heartbeat_interval) == (9.0, 3.0)
+    assert (found.delivery_timeout, found.rebalance_timeout) == (300.0, 30.0)
+    defaults = Settings.model_fields
+    assert defaults["heartbeat_interval"].default * 3 <= defaults["session_timeout"].default
+    with pytest.raises(ValueError, match="at most a third of session_timeout"):
+        Settings(session_timeout=6, heartbeat_interval=2.5)
+    with pytest.raises(ValueError):
+        Settings(delivery_timeout=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -527,3 +528,37 @@ def test_a_round_decodes_and_handles_with_the_collector_paused(tmp_path, monkeyp
     asyncio.run(worker._round({STAGE_TP: [records(10, 1, 2)]}))
     assert seen == [("decode", False), ("handle", False)]
     assert gc.isenabled() and store.pending is not None and store.pending.applied == 10
+
+
+def test_a_worker_that_has_caught_up_commits_every_partition_at_once(tmp_path):
+    commits: list[dict[TopicPartition, int]] = []
+    other = TopicPartition("t.documents", 0)
+
+    class Consumer:
+        def assignment(self) -> set[TopicPartition]:
+            return {STAGE_TP, other}
+
+        async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+            commits.append(dict(offsets))
+
+    worker = make_worker(tmp_path, Logs())
+    worker._consumer = Consumer()  # type: ignore[assignment]
+    worker._done = {STAGE_TP: 5, other: 3}
+    worker._committed = dict(worker._done)  # committed, as far as the worker knows
+    worker._last_commit = time.monotonic()
+    asyncio.run(worker.commit_when_due(1.0, read=True))
+    assert commits == []  # a round read something, within the interval: nothing to do
+    asyncio.run(worker.commit_when_due(1.0, read=False))
+    assert commits == []  # caught up, but at most four commits an interval
+    worker._last_commit -= 0.3
+    asyncio.run(worker.commit_when_due(1.0, read=False))
+    assert commits == [
+        {STAGE_TP: 5, other: 3}
+    ]  # every partition, though none moved: a lost commit is made again
+    worker._last_commit -= 0.3
+    asyncio.run(worker.commit_when_due(1.0, read=False))
+    assert len(commits) == 1  # still idle: once is enough
+    worker._done[STAGE_TP] = 9
+    worker._last_commit -= 1.0
+    asyncio.run(worker.commit_when_due(1.0, read=True))
+    assert commits[-1] == {STAGE_TP: 9}  # at the interval, the partitions that moved

@@ -94,8 +94,9 @@ class _Batches:
     current: Any = None
 
 
-#: Request timeouts in a row (40 s each by default) that queueing one batch may take before the worker gives up.
-SEND_ATTEMPTS = 8
+#: Request timeouts in a row (``STREAMDEDUP_DELIVERY_TIMEOUT`` each, 120 s by default) that queueing one batch
+#: may take before the worker gives up.
+SEND_ATTEMPTS = 3
 
 
 class Sends:

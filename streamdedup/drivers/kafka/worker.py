@@ -31,7 +31,8 @@ committed offset says. A crash repeats at most what the last checkpoint had not 
 :mod:`.checkpoints` says more.
 
 The consumer's committed offsets only say where to start reading after a restart; correctness does not depend on
-them. They are committed every ``commit_interval`` seconds, and a watchdog recommits a partition whose committed
+them. They are committed every ``commit_interval`` seconds, all of them as soon as a fetch comes back empty after
+work (so the group's lag reads 0 when the work is done), and a watchdog recommits a partition whose committed
 offset stays behind what was applied.
 
 A handler that raises does not take its call with it: the call's messages are applied again one at a time, each in
@@ -76,6 +77,7 @@ __all__ = ["StageWorker"]
 
 logger = logging.getLogger(__name__)
 _BATCH_BYTES = 1024 * 1024  # record batch size of the worker's producer
+_FETCH_MAX_WAIT_MS = 100  # how long the broker holds the worker's fetch while no partition in it has data
 
 
 class _InputFailure(Exception):
@@ -144,6 +146,7 @@ class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
         self._committed: dict[TopicPartition, int] = {}
         self._behind: dict[TopicPartition, int] = {}
         self._last_commit = 0.0
+        self._settled = True  # every partition committed since the last round that read anything
         self._consumer: AIOKafkaConsumer | None = None
         self._producer: AIOKafkaProducer | None = None
         self._restore: AIOKafkaConsumer | None = None
@@ -161,6 +164,9 @@ class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
             max_batch_size=_BATCH_BYTES,
             max_request_size=MAX_MESSAGE_BYTES + 65536,
             compression_type=self.settings.internal_compression or None,
+            # How long a batch is retried while the broker is away: a broker that restarts takes longer than
+            # the client's default 40 s to be back with its leaders, counting its own start.
+            request_timeout_ms=int(self.settings.delivery_timeout * 1000),
         )
         await self._producer.start()
         self._partitions = TopicPartitions(self._producer)
@@ -181,8 +187,17 @@ class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
             auto_offset_reset="earliest",
             max_partition_fetch_bytes=MAX_MESSAGE_BYTES,
             fetch_max_bytes=4 * MAX_MESSAGE_BYTES,
+            # A partition whose records a round is handling is left out of the fetch then in flight, so a message
+            # sent back to it waits until that fetch returns: after the broker's wait for data (the client's 500 ms
+            # default) at each such hop of the stages' protocol, which made a backlog's last messages trickle.
+            fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,
             # A connector creates its topics when it first starts: notice them within seconds, not minutes.
             metadata_max_age_ms=5000 if len(self.inputs) > 1 else 300_000,
+            # Failover: a killed worker's partitions move after the session timeout, and the others hear of the
+            # rebalance with their next heartbeat; a rebalance waits for a round in flight (docs/service.md).
+            session_timeout_ms=int(self.settings.session_timeout * 1000),
+            heartbeat_interval_ms=int(self.settings.heartbeat_interval * 1000),
+            rebalance_timeout_ms=int(self.settings.rebalance_timeout * 1000),
         )
         self._consumer.subscribe(
             [*self.inputs, *(self.names.stage(s) for s in STAGES)], listener=_Rebalance(self)
@@ -224,11 +239,13 @@ class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
                         # Nothing came within fetch_wait: commit what was applied now, not at the next checkpoint.
                         await self._checkpoints(every=True)
                         idle = True
-                if idle or time.monotonic() - self._last_commit >= self.settings.commit_interval:
-                    try:
-                        await self._commit()
-                    except KafkaError as exc:  # the state holds what was applied; the next commit catches up
-                        logger.warning("could not commit offsets: %r", exc)
+                try:
+                    if idle:
+                        await self._commit()  # what the checkpoints just committed, at once
+                    else:
+                        await self.commit_when_due(self.settings.commit_interval, read=bool(fetched))
+                except KafkaError as exc:  # the state holds what was applied; the next commit catches up
+                    logger.warning("could not commit offsets: %r", exc)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
