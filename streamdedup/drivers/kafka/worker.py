@@ -52,40 +52,28 @@ from typing import Any
 
 import mode
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError, RecordTooLargeError
+from aiokafka.errors import KafkaError
 
 from streamdedup.contract.cdc import FeedDecoder, load_feeds
-from streamdedup.contract.codec import encode_for_dead_letter, event_key
 from streamdedup.convert.pool import Converter
 from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES, Message
-from streamdedup.core.model import InputEvent
 from streamdedup.core.output_view import OUTPUT_TOPICS
 from streamdedup.drivers.collector import collector_paused
-from streamdedup.drivers.kafka.batches import decode_batch, encode_batches
-from streamdedup.drivers.kafka.checkpoints import Checkpoints
-from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions, acknowledged
+from streamdedup.drivers.kafka.batches import decode_batch
+from streamdedup.drivers.kafka.delivery import FaultPoints, TopicPartitions
+from streamdedup.drivers.kafka.handling import Handling, InputFailure
 from streamdedup.drivers.kafka.metrics import Metrics
 from streamdedup.drivers.kafka.offsets import CommittedOffsets
 from streamdedup.drivers.kafka.partitions import Checkpoint, PartitionStore, PartitionStores, recover
 from streamdedup.drivers.kafka.topics import MAX_MESSAGE_BYTES
-from streamdedup.errors import StateError
 from streamdedup.settings import Settings
-from streamdedup.store.base import Transaction
 
 __all__ = ["StageWorker"]
 
 logger = logging.getLogger(__name__)
 _BATCH_BYTES = 1024 * 1024  # record batch size of the worker's producer
 _FETCH_MAX_WAIT_MS = 100  # how long the broker holds the worker's fetch while no partition in it has data
-
-
-class _InputFailure(Exception):
-    """A handler call failed because of what it was given (dead-letter it), not because Kafka failed."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(repr(error))
-        self.error = error
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -99,7 +87,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
         await self.worker.assign(assigned)
 
 
-class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
+class StageWorker(Handling, CommittedOffsets, mode.Service):
     """Consume, apply and deliver, with state in one partition store per assigned stage partition."""
 
     def __init__(
@@ -416,7 +404,7 @@ class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
                 stage, tp.partition, [m for _, m in carried], attempt, before_delivery, pending, alone
             )
             attempt.commit()
-        except _InputFailure as failure:
+        except InputFailure as failure:
             logger.warning(
                 "stage %s: a call of %d failed (%r); one at a time", stage, len(carried), failure.error
             )
@@ -432,82 +420,3 @@ class StageWorker(Checkpoints, CommittedOffsets, mode.Service):
         self.metrics.batch_seconds.labels(stage).observe(time.monotonic() - started)
         if alone:
             await self._checkpoint(store)
-
-    async def _apply(
-        self,
-        stage: str,
-        partition: int,
-        messages: list[Message],
-        txn: Transaction,
-        before_delivery: Callable[[], Awaitable[None]],
-        pending: Checkpoint,
-        alone: bool,
-    ) -> int:
-        """Run the handler in ``txn`` and hand what it produced to the producer (``alone``: and wait for Kafka);
-        return how many output records it delivered.
-
-        Raise :class:`_InputFailure` for the input's faults (the handler raising, a record too large for Kafka),
-        anything else as it is."""
-        if not messages:
-            return 0
-        try:
-            produced = self.engine.handle(stage, messages, txn.partition(stage, partition))
-        except StateError:
-            raise  # the store failed, not the input
-        except Exception as exc:
-            raise _InputFailure(exc) from exc
-        sends = self._sends()
-        outputs = self._add_produced(sends, produced)
-        if sends:
-            await before_delivery()
-        try:
-            queued = await sends.queue()
-            if alone:
-                await acknowledged(queued)
-        except (MessageSizeTooLargeError, RecordTooLargeError) as exc:
-            raise _InputFailure(exc) from exc
-        pending.sent += queued
-        self.metrics.observe_outputs(outputs)
-        if stage == "source":
-            self.metrics.events_processed.inc(sum(1 for m in messages if isinstance(m, InputEvent)))
-        return len(outputs)
-
-    async def _one_at_a_time(
-        self,
-        stage: str,
-        tp: TopicPartition,
-        carried: list[tuple[Any, Message]],
-        txn: Transaction,
-        letters: Sends,
-        before_delivery: Callable[[], Awaitable[None]],
-        pending: Checkpoint,
-        alone: bool,
-    ) -> int:
-        """Apply each message in a nested transaction; dead-letter those that fail, with the error and origin.
-
-        Return how many output records the messages that succeeded delivered."""
-        self.metrics.isolated.labels(stage).inc(len(carried))
-        delivered = 0
-        for record, message in carried:
-            nested = txn.nested()
-            try:
-                delivered += await self._apply(
-                    stage, tp.partition, [message], nested, before_delivery, pending, alone
-                )
-            except _InputFailure as failure:
-                exc = failure.error
-                error = f"processing failed in stage {stage} ({type(exc).__name__}: {exc})"
-                logger.warning("dead-lettering a %s message: %s", stage, error)
-                if isinstance(message, InputEvent):
-                    value, key, reason = (
-                        encode_for_dead_letter(message),
-                        event_key(message).encode(),
-                        "failed",
-                    )
-                else:
-                    value = next(encode_batches([message], max_bytes=MAX_MESSAGE_BYTES))
-                    key, reason = None, "stage"
-                self._dead_letter(letters, tp, record, error, reason, value, key)
-                continue
-            nested.commit()
-        return delivered
