@@ -13,6 +13,10 @@ import pytest
 from tests.integration.harness import Deployment
 
 REPO = Path(__file__).resolve().parents[2]
+
+#: A team's own Faust app, run by ``faust -A`` in a subprocess with its settings in the environment: not a module
+#: for the doctest collector to import.
+collect_ignore = ["faust_user_app.py"]
 BROKER_SCRIPT = REPO / "deploy" / "kafka" / "broker.sh"
 
 #: Brokers that tests start listen below the ephemeral port range (32768 and up on Linux): a client that keeps
