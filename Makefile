@@ -10,7 +10,7 @@ NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name 
 
 .PHONY: setup example test lint docs native-toolchain wheel chromium postgresql clean bench bench-signatures bench-profile \
 	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-cdc \
-	bench-convert bench-rebuild bench-report
+	bench-convert bench-rebuild bench-copies bench-report
 
 # Without cargo the package installs without its compiled kernels and runs its Python ones (the same results, slower).
 $(STAMP): pyproject.toml constraints.txt $(NATIVE_SOURCES)
@@ -106,11 +106,15 @@ bench-convert: $(BENCH_STAMP)
 ## run under the new threshold, all from launch.
 bench-rebuild: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.rebuild
+## The Django releases' folder where most chunks are copies: `streamdedup run` and the seed articles' datasketch loop,
+## both from launch, interleaved rounds; the output's bytes by topic, rewrite and audit kind.
+bench-copies: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.copies
 ## Rewrite docs/benchmarks.md from benchmarks/results/*.json without running anything.
 bench-report: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.report
 bench: bench-signatures bench-profile bench-engine bench-streaming bench-state bench-popularity bench-dense \
-	bench-retrieval bench-index bench-floor bench-convert bench-rebuild
+	bench-retrieval bench-index bench-floor bench-convert bench-rebuild bench-copies
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -7,6 +7,7 @@ from pathlib import Path
 from benchmarks.sections import (
     cdc_latency,
     convert_formats,
+    copies,
     dense,
     engine,
     floor,
@@ -30,6 +31,7 @@ SECTIONS = [
     ("Streaming on the broker", streaming.section),
     ("State", state.section),
     ("Rebuilding from the retained record", rebuild.section),
+    ("A feed of copies: `streamdedup run` beside the seeds' loop", copies.section),
     ("Retrieval", retrieval.section),
     ("Index writer", index.section),
     ("Floors", floor.section),

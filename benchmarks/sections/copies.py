@@ -1,0 +1,98 @@
+"""The section on a feed where most chunks are copies: ``streamdedup run`` beside the seeds' loop, and its output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.sections.figures import check, goal_line, load_result, machine_of
+
+MB = 1_000_000
+
+
+def section(lines: list[str]) -> None:
+    result = load_result("copies")
+    if result is None:
+        lines += ["Not run yet: `python -m benchmarks.copies`.", ""]
+        return
+    seconds, cpu, runs = result["seconds"], result["cpu_seconds"], result["runs"]
+    loop = result["loop"]
+    lines += [
+        f"Machine: {machine_of(result)}. Command: `{result['command']}`.",
+        "",
+        f"The folder of the docs of five Django releases ({result['files']:,} files, {result['input_bytes']:,} "
+        "bytes), where most chunk positions repeat a text of an earlier release. Each round runs both, each in a new",
+        "process timed from launch to exit, in alternating order; medians of "
+        f"{result['rounds']} rounds. The seeds' loop (`benchmarks/seeds_loop.py`) cuts files at blank lines "
+        f"({loop['positions']:,} positions, {loop['distinct']:,} distinct texts), normalizes as the articles do,",
+        "hashes with SHA-256, skips texts seen before, signs the distinct ones with `MinHash.bulk` and queries and",
+        "inserts each in a `MinHashLSH`; it keeps no mapping, ACL, version or output. Every round's output file is",
+        "the first round's, byte for byte.",
+        "",
+        "| run | command | seconds (median) | CPU seconds (median) | each round (s) |",
+        "|---|---|---:|---:|---|",
+    ]
+    commands = {
+        "streamdedup run": "`streamdedup run FOLDER --state NEW --out FILE`",
+        "seeds' datasketch loop": "`python benchmarks/seeds_loop.py FOLDER`",
+    }
+    for name, command in commands.items():
+        each = ", ".join(f"{s:.2f}" for s in runs["wall"][name])
+        lines.append(f"| {name} | {command} | {seconds[name]:.2f} | {cpu[name]:.2f} | {each} |")
+    lines += [
+        "",
+        goal_line(
+            "the loop's seconds over the run's",
+            result["ratio"],
+            result["target"],
+            note=f"; in CPU seconds {result['cpu_ratio']:.2f}",
+        ),
+    ]
+    _volume(lines, result["output"], result["input_bytes"])
+
+
+def _volume(lines: list[str], output: dict[str, Any], input_bytes: int) -> None:
+    total = output["bytes"]
+    lines += [
+        f"- Target: output bytes at most input bytes: {total / MB:,.1f} MB for {input_bytes / MB:,.1f} MB "
+        f"({total / input_bytes:.2f} times), {check(total <= input_bytes)}.",
+        "",
+        "| topic | records | keys | MB | MB of the last value per key |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for topic, found in output["topics"].items():
+        lines.append(
+            f"| {topic} | {found['records']:,} | {found['keys']:,} | {found['bytes'] / MB:,.1f} | "
+            f"{found['last_per_key_bytes'] / MB:,.1f} |"
+        )
+    chunks = output["canonical_chunks"]
+    lines += ["", "`canonical-chunks` records by what changed since the key's previous record:", ""]
+    lines += ["| records | count | MB |", "|---|---:|---:|"]
+    lines.append(
+        f"| first writes | {chunks.get('first_writes', 0):,} | {chunks.get('first_write_bytes', 0) / MB:,.1f} |"
+    )
+    lines.append(
+        f"| rewrites of the source list alone (`sources`, `source_count`, `revision`) | "
+        f"{chunks.get('sources_only_rewrites', 0):,} | {chunks.get('sources_only_rewrite_bytes', 0) / MB:,.1f} |"
+    )
+    for name, count in sorted(chunks.items()):
+        if name.startswith("rewrites changing "):
+            changed = name.removeprefix("rewrites changing ")
+            lines.append(
+                f"| rewrites changing {changed} | {count:,} | {chunks[f'rewrite bytes changing {changed}'] / MB:,.1f} |"
+            )
+    lines.append(
+        f"| tombstones | {chunks.get('tombstones', 0):,} | {chunks.get('tombstone_bytes', 0) / MB:,.1f} |"
+    )
+    lines += [
+        "",
+        f"Of these records' bytes, the `sources` lists hold {chunks['sources_field_bytes'] / MB:,.1f} MB and the "
+        f"`members` lists {chunks['members_field_bytes'] / MB:,.1f} MB. `source-mappings` rewrites: "
+        f"{output['source_mappings']['rewrites']:,} records, "
+        f"{output['source_mappings']['rewrite_bytes'] / MB:,.1f} MB.",
+        "",
+        "| audit action/reason | records | MB |",
+        "|---|---:|---:|",
+    ]
+    for kind, found in output["audit"].items():
+        lines.append(f"| {kind} | {found['records']:,} | {found['bytes'] / MB:,.2f} |")
+    lines.append("")
