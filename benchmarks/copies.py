@@ -15,11 +15,16 @@ The ratio is the loop's seconds over the run's, medians of the rounds (at least 
 output file must be the first round's, byte for byte. The first round's output file is measured by
 :mod:`benchmarks.output_volume`: bytes by topic, rewrites and audit kinds, beside the folder's input bytes (the
 target: output bytes at most input bytes).
+
+After the rounds, what ``streamdedup run`` runs is run once more in this process (the same settings, feed, store,
+sink and batches), with each part timed: reading the folder, each stage's handler, the state commits, the output
+file and closing the state; its output file must be the command's.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import compileall
 import hashlib
 import resource
@@ -33,8 +38,15 @@ from pathlib import Path
 from typing import Any
 
 import streamdedup
-from benchmarks.common import django_docs, save
+from benchmarks.common import django_docs, save, time_stages
 from benchmarks.output_volume import measure
+from streamdedup.cli.run import input_feed
+from streamdedup.drivers.embedded import EmbeddedRunner
+from streamdedup.drivers.feeds import run_feed
+from streamdedup.drivers.folder import FolderFeed
+from streamdedup.drivers.jsonl import opened_state
+from streamdedup.settings import Settings
+from streamdedup.store.base import Transaction
 
 LOOP = Path(__file__).with_name("seeds_loop.py")
 TARGET = 1.0  # the loop's seconds over the run's, at least
@@ -59,6 +71,65 @@ def _digest(path: Path) -> str:
         while block := data.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _parts(folder: Path, workdir: Path) -> tuple[dict[str, float], str]:
+    """Run what ``streamdedup run`` runs, in this process, timing its parts; return their seconds and the digest of
+    the output file (which must be the command's)."""
+    settings = Settings()
+    seconds: dict[str, float] = {}
+    stages: collections.Counter[str] = collections.Counter()
+    commit = Transaction.commit
+
+    def timed_commit(self: Transaction) -> None:
+        began = time.perf_counter()
+        commit(self)
+        seconds["state commits"] = seconds.get("state commits", 0.0) + time.perf_counter() - began
+
+    out = workdir / "parts.jsonl"
+    began = time.perf_counter()
+    Transaction.commit = timed_commit  # type: ignore[method-assign]
+    try:
+        with opened_state(settings, workdir / "parts-state", str(out)) as (runner, sink):
+            assert isinstance(runner, EmbeddedRunner)
+            time_stages(runner.engine, stages)
+            feed = input_feed(settings, folder, None)
+            assert isinstance(feed, FolderFeed)
+            feed.load(runner.store.get_meta(feed.meta_key))
+            opened = feed.open
+
+            def timed_open() -> Any:
+                start = time.perf_counter()
+                try:
+                    return opened()
+                finally:
+                    seconds["reading the folder (sync)"] = time.perf_counter() - start
+
+            def timed_sink(outputs: list[Any]) -> Any:
+                start = time.perf_counter()
+                try:
+                    return sink(outputs)
+                finally:
+                    seconds["output file (encode, write, fsync)"] = (
+                        seconds.get("output file (encode, write, fsync)", 0.0) + time.perf_counter() - start
+                    )
+
+            feed.open = timed_open  # type: ignore[method-assign]
+            run_feed(
+                runner, feed, timed_sink, batch_size=settings.batch_size, batch_chars=settings.batch_chars
+            )
+            closing = time.perf_counter()
+        seconds["closing the state (flush)"] = time.perf_counter() - closing
+    finally:
+        Transaction.commit = commit  # type: ignore[method-assign]
+    total = time.perf_counter() - began
+    seconds.update({f"stage {stage}": value for stage, value in stages.most_common()})
+    seconds["the rest (conversion, routing, counters)"] = total - sum(seconds.values())
+    seconds["total"] = total
+    digest = _digest(out)
+    out.unlink()
+    shutil.rmtree(workdir / "parts-state")
+    return seconds, digest
 
 
 def main() -> None:
@@ -104,6 +175,9 @@ def main() -> None:
             ) + f"; loop / run {wall[NAMES[1]][-1] / wall[NAMES[0]][-1]:.2f}")  # fmt: skip
             out.unlink()
             shutil.rmtree(workdir / f"state-{number}")
+        parts, parts_digest = _parts(folder, workdir)
+        if parts_digest != digests[0]:
+            raise SystemExit("the run in this process wrote another output file than the command")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     medians = {name: statistics.median(wall[name]) for name in NAMES}
@@ -124,6 +198,7 @@ def main() -> None:
         "output_digest": digests[0],
         "loop": {"positions": positions, "distinct": distinct, "near_candidates": near},
         "output": volume,
+        "parts_seconds": parts,
     }
     print(
         f"Django docs folder: {files:,} files, {input_bytes:,} bytes; medians of {args.rounds} rounds: "
@@ -133,6 +208,9 @@ def main() -> None:
     print(f"output {volume['bytes']:,} bytes ({volume['bytes'] / input_bytes:.2f} x input): " + ", ".join(
         f"{topic} {found['records']:,} records {found['bytes']:,} bytes" for topic, found in volume["topics"].items()
     ))  # fmt: skip
+    print(
+        "where the run's time goes, in this process: " + ", ".join(f"{k} {v:.2f}s" for k, v in parts.items())
+    )
     save("copies", result)
 
 

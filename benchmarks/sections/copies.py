@@ -48,6 +48,22 @@ def section(lines: list[str]) -> None:
         ),
     ]
     _volume(lines, result["output"], result["input_bytes"])
+    parts = result.get("parts_seconds")
+    if parts:
+        total = parts["total"]
+        lines += [
+            "Where the run's time goes: the same run once more in the benchmark's process, each part timed (one run,",
+            "not a median; its output file is the command's).",
+            "",
+            "| part | seconds | share |",
+            "|---|---:|---:|",
+        ]
+        lines += [
+            f"| {name} | {value:.2f} | {value / total:.0%} |"
+            for name, value in parts.items()
+            if name != "total"
+        ]
+        lines += [f"| total | {total:.2f} | |", ""]
 
 
 def _volume(lines: list[str], output: dict[str, Any], input_bytes: int) -> None:
