@@ -35,7 +35,8 @@ def measure(path: Path) -> dict[str, Any]:
     chunks: collections.Counter[str] = collections.Counter()
     audit_records: collections.Counter[str] = collections.Counter()
     audit_bytes: collections.Counter[str] = collections.Counter()
-    mapping_rewrites = mapping_rewrite_bytes = 0
+    mappings: collections.Counter[str] = collections.Counter()
+    mapped: dict[str, list[Any]] = {}
     with path.open("rb") as lines:
         for line in lines:
             record = decode(line)
@@ -48,9 +49,8 @@ def measure(path: Path) -> dict[str, Any]:
                 kind = f"{value.get('action')}/{value.get('reason')}"
                 audit_records[kind] += 1
                 audit_bytes[kind] += len(line)
-            elif topic == "source-mappings" and (topic, key) in last:
-                mapping_rewrites += 1
-                mapping_rewrite_bytes += len(line)
+            elif topic == "source-mappings":
+                _mapping(mappings, mapped, key, value, len(line), encode)
             last[topic, key] = len(line)
     compacted: collections.Counter[str] = collections.Counter()
     keys: collections.Counter[str] = collections.Counter()
@@ -69,7 +69,7 @@ def measure(path: Path) -> dict[str, Any]:
             for topic in sorted(records)
         },
         "canonical_chunks": dict(chunks),
-        "source_mappings": {"rewrites": mapping_rewrites, "rewrite_bytes": mapping_rewrite_bytes},
+        "source_mappings": dict(mappings),
         "audit": {
             kind: {"records": audit_records[kind], "bytes": audit_bytes[kind]}
             for kind in sorted(audit_records)
@@ -92,7 +92,11 @@ def _chunk(
         chunks["tombstone_bytes"] += length
         previous.pop(key, None)
         return
-    chunks["sources_field_bytes"] += len(encode(value.get("sources")))
+    sources = len(encode(value.get("sources")))
+    chunks["sources_field_bytes"] += sources
+    # The record as a line without its "sources" member (its name, colon and comma included).
+    without_sources = length - sources - len(b',"sources":')
+    chunks["bytes_without_sources"] += without_sources
     chunks["members_field_bytes"] += len(encode(value.get("members")))
     if before is None:
         chunks["first_writes"] += 1
@@ -110,7 +114,39 @@ def _chunk(
         )
         chunks[f"rewrites changing {changed}"] += 1
         chunks[f"rewrite bytes changing {changed}"] += length
+        chunks[f"rewrite bytes without sources changing {changed}"] += without_sources
     previous[key] = value
+
+
+def _mapping(
+    mappings: collections.Counter[str],
+    mapped: dict[str, list[Any]],
+    key: str,
+    value: dict[str, Any] | None,
+    length: int,
+    encode: Any,
+) -> None:
+    """Count one source-mappings record: a rewrite's bytes, and the bytes of its positions that are as the
+    source's previous record had them; the ``chunk_id`` members that repeat the position's ``content_hash``."""
+    before = mapped.pop(key, None)
+    if value is None:
+        mappings["tombstones"] += 1
+        return
+    entries = value.get("chunks") or []
+    mappings["positions"] += len(entries)
+    for entry in entries:
+        if entry.get("chunk_id") == entry.get("content_hash"):
+            mappings["chunk_ids_equal_to_content_hash"] += 1
+            mappings["chunk_id_bytes_equal_to_content_hash"] += len(b'"chunk_id":,') + len(
+                encode(entry["chunk_id"])
+            )
+    if before is not None:
+        mappings["rewrites"] += 1
+        mappings["rewrite_bytes"] += length
+        unchanged = [entry for entry, old in zip(entries, before, strict=False) if entry == old]
+        mappings["rewrite_unchanged_positions"] += len(unchanged)
+        mappings["rewrite_unchanged_position_bytes"] += sum(len(encode(entry)) + 1 for entry in unchanged)
+    mapped[key] = entries
 
 
 if __name__ == "__main__":

@@ -99,16 +99,40 @@ def _volume(lines: list[str], output: dict[str, Any], input_bytes: int) -> None:
     lines.append(
         f"| tombstones | {chunks.get('tombstones', 0):,} | {chunks.get('tombstone_bytes', 0) / MB:,.1f} |"
     )
+    mappings = output["source_mappings"]
     lines += [
         "",
         f"Of these records' bytes, the `sources` lists hold {chunks['sources_field_bytes'] / MB:,.1f} MB and the "
-        f"`members` lists {chunks['members_field_bytes'] / MB:,.1f} MB. `source-mappings` rewrites: "
-        f"{output['source_mappings']['rewrites']:,} records, "
-        f"{output['source_mappings']['rewrite_bytes'] / MB:,.1f} MB.",
+        f"`members` lists {chunks['members_field_bytes'] / MB:,.1f} MB. `source-mappings`: "
+        f"{mappings.get('positions', 0):,} positions sent; {mappings.get('rewrites', 0):,} rewrites of a source "
+        f"({mappings.get('rewrite_bytes', 0) / MB:,.1f} MB), in which "
+        f"{mappings.get('rewrite_unchanged_positions', 0):,} "
+        f"positions ({mappings.get('rewrite_unchanged_position_bytes', 0) / MB:,.1f} MB) are as the source's previous "
+        f"record had them; {mappings.get('chunk_ids_equal_to_content_hash', 0):,} positions name a `chunk_id` equal to "
+        f"their `content_hash` ({mappings.get('chunk_id_bytes_equal_to_content_hash', 0) / MB:,.1f} MB).",
         "",
         "| audit action/reason | records | MB |",
         "|---|---:|---:|",
     ]
-    for kind, found in output["audit"].items():
+    audit = output["audit"]
+    for kind, found in audit.items():
         lines.append(f"| {kind} | {found['records']:,} | {found['bytes'] / MB:,.2f} |")
+    canonical_moves = chunks.get("rewrite bytes changing canonical", 0)
+    savings = {
+        "no `audit` record unless asked for": sum(found["bytes"] for found in audit.values()),
+        "chunk records without their `sources` list (`source-mappings` is the complete map)": (
+            output["topics"]["canonical-chunks"]["bytes"]
+            - chunks.get("tombstone_bytes", 0)
+            - chunks.get("bytes_without_sources", 0)
+        ),
+        "a chunk record not sent again when only its canonical position and sources moved": canonical_moves,
+        "a mapping position without `chunk_id` where it is the `content_hash`": mappings.get(
+            "chunk_id_bytes_equal_to_content_hash", 0
+        ),
+        "a rewritten mapping without the positions it had already": mappings.get(
+            "rewrite_unchanged_position_bytes", 0
+        ),
+    }
+    lines += ["", "What a change of the event contract could save on this feed, each alone:", ""]
+    lines += [f"- {name}: {saved / MB:,.1f} MB" for name, saved in savings.items()]
     lines.append("")
