@@ -98,7 +98,7 @@ def _volume(lines: list[str], output: dict[str, Any], input_bytes: int) -> None:
     lines += [
         "",
         "`canonical-chunks` records by what changed since the key's previous record (the folder's files of each "
-        "release are newer than the one's before, so a later release's copy of a text becomes its canonical, by "
+        "release are newer than the previous release's, so a later release's copy of a text becomes its canonical, by "
         "the default policy's newer `modified_at`):",
         "",
     ]
