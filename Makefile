@@ -10,7 +10,7 @@ NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name 
 
 .PHONY: setup example test lint docs native-toolchain wheel chromium postgresql clean bench bench-signatures bench-profile \
 	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-cdc \
-	bench-convert bench-rebuild bench-burst bench-failover bench-report
+	bench-convert bench-rebuild bench-burst bench-failover bench-copies bench-report
 
 # Without cargo the package installs without its compiled kernels and runs its Python ones (the same results, slower).
 $(STAMP): pyproject.toml constraints.txt $(NATIVE_SOURCES)
@@ -113,11 +113,15 @@ bench-burst: $(BENCH_STAMP)
 ## stops and starts (STREAMDEDUP_BENCH_KAFKA_PORT when 29092 is taken).
 bench-failover: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.failover
+## The Django releases' folder where most chunks are copies: `streamdedup run` and the seed articles' datasketch loop,
+## both from launch, interleaved rounds; the output's bytes by topic, rewrite and audit kind.
+bench-copies: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.copies
 ## Rewrite docs/benchmarks.md from benchmarks/results/*.json without running anything.
 bench-report: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.report
 bench: bench-signatures bench-profile bench-engine bench-streaming bench-state bench-popularity bench-dense \
-	bench-retrieval bench-index bench-floor bench-convert bench-rebuild bench-burst bench-failover
+	bench-retrieval bench-index bench-floor bench-convert bench-rebuild bench-burst bench-failover bench-copies
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis

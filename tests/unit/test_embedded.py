@@ -12,7 +12,7 @@ from streamdedup.core.messages import Output
 from streamdedup.core.model import AclEvent, DeleteEvent
 from streamdedup.core.output_view import View
 from streamdedup.drivers.embedded import EmbeddedRunner, RunCounters
-from streamdedup.drivers.jsonl import SINK_META_KEY, FileSink, opened_state
+from streamdedup.drivers.jsonl import OUTPUTS_PER_WRITE, SINK_META_KEY, FileSink, opened_state
 from streamdedup.settings import Settings
 from streamdedup.store.base import Transaction
 from streamdedup.store.rocksdb import RocksDBStore, record_cache
@@ -249,3 +249,20 @@ def test_the_run_totals_count_each_key_by_its_last_record_in_a_batch_or_across_b
             txn.commit()
         totals.append((counters.positions, counters.exact, counters.near, counters.chunks))
     assert totals[0] == totals[1] == (3, 1, 1, 1)
+
+
+def test_the_file_sink_writes_a_batch_in_parts_as_one_line_per_output(tmp_path):
+    outputs = [
+        Output("audit", f"c{i}", {"schema": "streamdedup.audit/v1", "n": i, "text": "é\n" * (i % 5)})
+        if i % 7
+        else Output("canonical-chunks", f"c{i}", None)
+        for i in range(2 * OUTPUTS_PER_WRITE + 3)
+    ]
+    out = tmp_path / "out.jsonl"
+    sink = FileSink(str(out))
+    meta = sink(outputs)
+    sink(outputs[:1])
+    sink.close()
+    once = b"".join(encode_output_line(output) for output in outputs)
+    assert meta == {SINK_META_KEY: f"{len(once)}\n{out}".encode()}
+    assert out.read_bytes() == once + encode_output_line(outputs[0])

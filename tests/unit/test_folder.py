@@ -129,3 +129,36 @@ def test_hostile_sidecars_are_dead_lettered_and_the_other_files_applied(tmp_path
     assert sorted(Path(letter["origin"]["file"]).name for letter in letters) == sorted(
         f"{n}.txt" for n in sidecars
     )
+
+
+def test_a_file_uri_resolves_links_of_the_folder_and_of_the_file(tmp_path):
+    from streamdedup.core.model import UpsertEvent
+    from streamdedup.drivers.folder import FolderFeed
+
+    real = tmp_path / "real"
+    (real / "docs" / "guide").mkdir(parents=True)
+    (real / "docs" / "guide" / "deploy.md").write_text(f"# Deploy\n\n{PARAGRAPH}\n")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "target.txt").write_text(PARAGRAPH)
+    (real / "docs" / "linked.txt").symlink_to(tmp_path / "elsewhere" / "target.txt")
+    (real / "docs" / "linked-folder").symlink_to(tmp_path / "elsewhere")  # not descended into
+    (real / "docs" / "deploy.md.acl.json").write_text('{"acl": ["eng"], "authority": 2}')
+    (real / "docs" / "deploy.md").write_text(PARAGRAPH)
+    os.utime(real / "docs" / "deploy.md", ns=(1_000_000_000, 1_000_000_000))
+    os.utime(real / "docs" / "deploy.md.acl.json", ns=(2_000_000_000, 2_000_000_000))
+    (tmp_path / "link").symlink_to(real)
+    feed = FolderFeed(tmp_path / "link" / "docs", "docs")
+    items = {source_id: (version, event) for source_id, version, event in feed.sync()}
+    assert sorted(items) == ["deploy.md", "guide/deploy.md", "linked.txt"]
+    for source_id, (_, event) in items.items():
+        assert isinstance(event, UpsertEvent)
+        path = tmp_path / "link" / "docs" / source_id
+        assert event.attrs.uri == path.resolve().as_uri()
+    linked = items["linked.txt"][1]
+    assert isinstance(linked, UpsertEvent)
+    assert linked.attrs.uri == (tmp_path / "elsewhere" / "target.txt").as_uri()
+    version, event = items["deploy.md"]
+    assert version == 2_000_000_000  # the sidecar's time, the later one
+    assert isinstance(event, UpsertEvent)
+    assert event.attrs.acl == ("eng",) and event.attrs.authority == 2
+    assert event.attrs.modified_at == 1_000_000  # the file's own time, in microseconds
