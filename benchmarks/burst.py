@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import shutil
 import subprocess
 import sys
@@ -23,12 +22,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import django_chunks, save
+from benchmarks.common import save
 from benchmarks.measurement import _written
 from benchmarks.workers import _wait_idle, _Workers
-from benchmarks.workload import BROKER, PARTITIONS, _produce, start_broker, stop_broker
-from streamdedup.contract.codec import encode_event
-from streamdedup.core.model import SourceAttrs, UpsertEvent
+from benchmarks.workload import BROKER, PARTITIONS, _events, _produce, start_broker, stop_broker
 from streamdedup.drivers.kafka.admin import ensure_topics
 from streamdedup.drivers.kafka.topics import TopicNames
 from streamdedup.settings import Settings
@@ -40,16 +37,7 @@ TARGET = 2.0
 
 def burst_events(prefix: str) -> list[bytes]:
     """Return the burst's upserts: ``DOCUMENTS`` documents of ``CHUNKS_PER_DOCUMENT`` Django chunks each."""
-    rng = random.Random(7)
-    pool = [c for c in django_chunks() if len(c.split()) >= 8]
-    out = []
-    for i in range(DOCUMENTS):
-        chunks = tuple(rng.choice(pool) for _ in range(CHUNKS_PER_DOCUMENT))
-        attrs = SourceAttrs(acl=("*",), modified_at=1_700_000_000_000_000 + i)
-        out.append(
-            encode_event(UpsertEvent(source_id=f"{prefix}doc-{i:06d}", version=1, attrs=attrs, chunks=chunks))
-        )
-    return out
+    return _events(prefix, DOCUMENTS, CHUNKS_PER_DOCUMENT, seed=7)
 
 
 def worker_burst(root: Path) -> dict[str, Any]:

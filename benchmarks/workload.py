@@ -33,12 +33,15 @@ def _answers(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _events(prefix: str) -> list[bytes]:
-    rng = random.Random(3)
+def _events(
+    prefix: str, documents: int = DOCUMENTS, chunks_per_document: int = CHUNKS_PER_DOCUMENT, seed: int = 3
+) -> list[bytes]:
+    """Return ``documents`` upserts of ``chunks_per_document`` Django chunks each, drawn with ``seed``."""
+    rng = random.Random(seed)
     pool = [c for c in django_chunks() if len(c.split()) >= 8]
     out = []
-    for i in range(DOCUMENTS):
-        chunks = tuple(rng.choice(pool) for _ in range(CHUNKS_PER_DOCUMENT))
+    for i in range(documents):
+        chunks = tuple(rng.choice(pool) for _ in range(chunks_per_document))
         attrs = SourceAttrs(acl=("*",), modified_at=1_700_000_000_000_000 + i)
         out.append(
             encode_event(UpsertEvent(source_id=f"{prefix}doc-{i:06d}", version=1, attrs=attrs, chunks=chunks))
