@@ -154,6 +154,7 @@ def python_seconds(code: str) -> float:
 
 def timed_index(outputs: Path, index: Path, embedder: Any, reviews: Path) -> dict[str, Any]:
     """Index ``outputs`` into ``lancedb://index`` in this process, as ``streamdedup index --from`` does, timed."""
+    from streamdedup.cli.indexing import FILE_BATCH_LINES
     from streamdedup.contract.codec import encode_output_line
     from streamdedup.index.writer import IndexWriter
     from streamdedup.query.output_file import OutputFile
@@ -192,7 +193,7 @@ def timed_index(outputs: Path, index: Path, embedder: Any, reviews: Path) -> dic
                     return writer.apply(records, progress, deliver=deliver)
 
             started = time.perf_counter()
-            OutputFile(outputs, Applier()).catch_up()
+            OutputFile(outputs, Applier(), batch_lines=FILE_BATCH_LINES).catch_up()
             seconds = time.perf_counter() - started
             last = writer.totals
     finally:
