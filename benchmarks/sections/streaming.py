@@ -84,7 +84,7 @@ def section(lines: list[str]) -> None:
                 targets.get("one_worker_to_quix_per_cpu_second", 1.0)),
         "",
         f"One worker used {sum(one['cpu_seconds']):.1f} CPU-s in {one['seconds']:.1f} s: busy {busy:.0%} of the "
-        "time (the rest it waited: for the broker, which shares the cores, and for Kafka at checkpoints)"
+        "time (the rest it waited for Kafka, and for the broker, which shares the cores)"
         + _machine_share(one, result["machine"]["cores"]) + ". "
         f"The embedded engine alone, with no Kafka at all, reaches {embedded['chunks_per_second'] / quix_after:.2f} "
         "of the Quix peer's rate: the peer hashes each chunk once and keeps one state record per distinct text, "
