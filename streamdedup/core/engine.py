@@ -46,12 +46,16 @@ class Engine:
 
     ``fault_source_id`` is for tests only: the source stage then raises :class:`InjectedFault` on any batch holding
     an input event of that source, as a handler with a bug would, so tests can show that drivers isolate it.
+    ``band_members``: the band stage also keeps each member's buckets (:mod:`streamdedup.core.stages.bands`), as
+    a Kafka worker logs them.
     """
 
-    def __init__(self, params: EngineParams, *, fault_source_id: str | None = None) -> None:
+    def __init__(
+        self, params: EngineParams, *, fault_source_id: str | None = None, band_members: bool = False
+    ) -> None:
         self.params = params
         self.fault_source_id = fault_source_id
-        self.context = StageContext.of(params)
+        self.context = StageContext.of(params, band_members=band_members)
         self.policy: CanonicalPolicy = self.context.policy
         self.scheme: SignatureScheme = self.context.scheme
         self.stages: dict[str, StageHandler] = {

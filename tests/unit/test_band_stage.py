@@ -4,10 +4,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamdedup.core import _native
+from streamdedup.core import _native, kernels
 from streamdedup.core.messages import BandAck, BandJoin, BandLeave
 from streamdedup.core.params import EngineParams
-from streamdedup.core.stages.bands import BandStage, apply_in_python
+from streamdedup.core.stages.bands import (
+    MEMBER_PREFIX,
+    BandStage,
+    apply_in_python,
+    buckets_of_members,
+    logged,
+    members,
+)
 from streamdedup.core.stages.context import StageContext
 
 # Few ids and keys, so buckets fill, members collide and joins meet leaves. Two hashes share an id (their first
@@ -116,3 +123,64 @@ def test_the_stage_reads_key_by_key_where_the_state_has_no_multi_get():
     ]
     assert stage.handle([BandLeave(a, 1, ("k1",)), BandLeave(b, 1, ("k1", "k2"))], state) == []
     assert state.values == {}
+
+
+def _entries(state: dict[str, bytes]) -> set[tuple[str, str, int]]:
+    """(band key, content id, epoch) of every bucket entry, and of every member record, as two views to compare."""
+    from_buckets = {
+        (key, raw[at : at + 8].hex(), int.from_bytes(raw[at + 8 : at + 12], "big"))
+        for key, raw in state.items()
+        if not logged(key)
+        for at in range(0, len(raw), 12)
+    }
+    from_members = {
+        (band_key, key[len(MEMBER_PREFIX) :], epoch)
+        for key, raw in state.items()
+        if logged(key)
+        for band_key, epoch in members(raw).items()
+    }
+    assert from_buckets == from_members
+    return from_buckets
+
+
+@pytest.mark.parametrize("choice", ["python", "compiled"])
+@given(batches=st.lists(_ops, min_size=1, max_size=6), start=st.integers(0, 6))
+def test_member_records_are_the_buckets_turned_around_and_rebuild_them(choice, batches, start):
+    """What a Kafka worker's band changelog holds (member records) rebuilds the buckets it kept, from nothing or
+    from the state after any earlier batch, as recovery does from an empty store or from a local one."""
+    stage = BandStage(StageContext.of(EngineParams(max_candidates=3), band_members=True))
+    held = kernels.kind()
+    kernels.use(choice)
+    try:
+        state: dict[str, bytes] = {}
+        states = [dict(state)]
+        for ops in batches:
+            messages = [BandJoin(h, e, k) if join else BandLeave(h, e, k) for join, h, e, k in ops]
+            plain: dict[str, bytes] = {k: v for k, v in state.items() if not logged(k)}
+            stage.handle(messages, _Stored(state))
+            without = BandStage(StageContext.of(EngineParams(max_candidates=3)))
+            without.handle(messages, _Stored(plain))
+            assert plain == {k: v for k, v in state.items() if not logged(k)}  # the buckets are the same
+            _entries(state)
+            states.append(dict(state))
+        for before in (states[0], states[min(start, len(states) - 1)]):
+            rebuilt = dict(before)
+            changed = sorted({k for k in (*before, *state) if logged(k) and before.get(k) != state.get(k)})
+            changes = [(k[len(MEMBER_PREFIX) :], before.get(k), state.get(k)) for k in changed]
+            writes = buckets_of_members(changes, lambda keys, held=rebuilt: [held.get(k) for k in keys])
+            assert all(not logged(key) for key, _ in writes)
+            for key, raw in [*writes, *((k, state.get(k)) for k in changed)]:
+                if raw is None:
+                    rebuilt.pop(key, None)
+                else:
+                    rebuilt[key] = raw
+            assert rebuilt == state
+    finally:
+        kernels.use(held)
+
+
+class _Stored(_GetOnly):
+    """A partition state over a given dict."""
+
+    def __init__(self, values: dict[str, bytes]) -> None:
+        self.values = values

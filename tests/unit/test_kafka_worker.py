@@ -126,8 +126,8 @@ class RestoreConsumer:
 
 
 SETTINGS = Settings(topic_prefix="t.", partitions=4)
-CHANGELOG = TopicPartition("t.worker-state-band-changelog", 1)
-STAGE_TP = TopicPartition("t.stage-band", 1)
+CHANGELOG = TopicPartition("t.worker-state-content-changelog", 1)
+STAGE_TP = TopicPartition("t.stage-content", 1)
 
 
 def make_worker(tmp_path: Path, logs: Logs, handle: Any = None) -> StageWorker:
@@ -174,11 +174,13 @@ def call(worker: StageWorker, found: list[Record]) -> None:
 
 def open_store(worker: StageWorker) -> PartitionStore:
     asyncio.run(worker.assign([STAGE_TP]))
-    return worker.stores.partitions[("band", 1)]
+    return worker.stores.partitions[("content", 1)]
 
 
 def state_of(store: PartitionStore) -> dict[str, bytes]:
-    return {k: v for _, k in store.store.keys("band") if (v := store.store.get("band", 1, k)) is not None}
+    return {
+        k: v for _, k in store.store.keys("content") if (v := store.store.get("content", 1, k)) is not None
+    }
 
 
 def test_a_call_sends_outputs_then_one_changelog_call_and_commits_its_offsets(tmp_path):
@@ -283,7 +285,7 @@ def test_a_crash_after_the_changelog_is_repaired_by_recovery(tmp_path, crash, mo
     monkeypatch.setattr(worker.faults, "passed", passed)
     with pytest.raises(Killed):
         call(worker, [records(11, 3), records(12, 1)])
-    worker.stores.partitions.pop(("band", 1)).close()
+    worker.stores.partitions.pop(("content", 1)).close()
 
     again = make_worker(tmp_path, logs, band_handler())
     store = open_store(again)
@@ -328,7 +330,7 @@ def test_calls_cut_after_they_delivered_are_applied_again_one_record_per_call(
     killed_at(worker, "outputs-sent", monkeypatch)
     with pytest.raises(Killed):
         call(worker, [records(11, 2), records(12, 3)])
-    worker.stores.partitions.pop(("band", 1)).close()
+    worker.stores.partitions.pop(("content", 1)).close()
     assert logs.records[CHANGELOG][-1].key == OPEN_KEY  # it opened and delivered, then died
 
     again = make_worker(tmp_path / "elsewhere" if elsewhere else tmp_path, logs)
@@ -384,7 +386,7 @@ def test_a_call_cut_short_at_the_end_of_the_log_is_left_out_and_repaired(tmp_pat
     call(worker, [records(10, 1, 2)])
     # A crash in the middle of sending a call: one of its three records reached the log.
     logs.of(CHANGELOG.topic, 1).append(Record(2, b"b1", b"changed"))
-    worker.stores.partitions.pop(("band", 1)).close()
+    worker.stores.partitions.pop(("content", 1)).close()
 
     fresh = make_worker(tmp_path / "new", logs, band_handler())
     store = open_store(fresh)
@@ -400,7 +402,7 @@ def test_recovery_rebuilds_when_the_store_and_the_log_disagree(tmp_path):
     worker = make_worker(tmp_path, logs, band_handler())
     store = open_store(worker)
     call(worker, [records(10, 1, 2)])
-    worker.stores.partitions.pop(("band", 1)).close()
+    worker.stores.partitions.pop(("content", 1)).close()
     logs.records[CHANGELOG] = []  # the topic was deleted and created again: the log is behind the store
     logs.start[CHANGELOG] = 0
     store = open_store(make_worker(tmp_path, logs, band_handler()))
@@ -438,7 +440,7 @@ def test_recover_replays_to_the_end_and_reports_what_it_did(tmp_path):
     for i in range(7):
         closing = headers(f"c{i // 2}", 2, 100 + i // 2) if i % 2 else []
         log.append(Record(i, f"k{i % 3}".encode(), str(i).encode(), closing))
-    store = PartitionStore(tmp_path, "band", 1, SETTINGS.engine_params())
+    store = PartitionStore(tmp_path, "content", 1, SETTINGS.engine_params())
     (report,) = asyncio.run(recover(RestoreConsumer(logs), {CHANGELOG: store})).values()  # type: ignore[arg-type]
     assert report.records == 6 and report.trailing == ("k0",)  # record 6 starts a call that never ended
     assert state_of(store) == {"k0": b"3", "k1": b"4", "k2": b"5"} and store.applied == 102

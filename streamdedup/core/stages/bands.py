@@ -16,12 +16,29 @@ verified against its text.
 
 A batch is applied by :func:`apply_in_python`, or by its compiled twin ``apply_bands`` (``native/src/bands.rs``)
 where the kernels are compiled (:mod:`streamdedup.core.kernels`); the tests compare the two.
+
+**By member.** A Kafka worker's stage (``band_members`` in its :class:`StageContext`) also keeps the same entries
+turned around: under ``m:<content id>``, the bands of this partition holding that id, each with its epoch
+(:func:`member_writes`). The worker's changelog carries those records only (:func:`logged`): one per content and
+partition where a bucket record per band was one per band (21 with the default parameters), and recovery rebuilds
+the buckets from them (:func:`buckets_of_members`). Both views follow the same rule for one entry (a join adds it
+or raises its epoch, a leave removes it if its epoch is not above the leave's), so the buckets rebuilt are the
+buckets kept.
+
+>>> writes = member_writes([(True, "ab" * 32, 3, ("000k", "001k"))], lambda keys: [None] * len(keys))
+>>> [(key, members(value)) for key, value in writes]
+[('m:abababababababab', {'000k': 3, '001k': 3})]
+>>> buckets = buckets_of_members([("abababababababab", None, writes[0][1])], lambda keys: [None] * len(keys))
+>>> sorted(key for key, _ in buckets)
+['000k', '001k']
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from streamdedup.core import kernels
 from streamdedup.core.messages import (
@@ -38,7 +55,15 @@ from streamdedup.core.tables import PartitionState, reader, write_all
 if TYPE_CHECKING:
     from streamdedup.core.stages.context import StageContext
 
-__all__ = ["BandStage", "apply_in_python"]
+__all__ = [
+    "MEMBER_PREFIX",
+    "BandStage",
+    "apply_in_python",
+    "buckets_of_members",
+    "logged",
+    "member_writes",
+    "members",
+]
 
 _HASH = CONTENT_ID_CHARS // 2  # bytes of a member's content id
 _ENTRY = _HASH + 4
@@ -47,6 +72,10 @@ _ENTRY = _HASH + 4
 Op = tuple[bool, str, int, Sequence[str]]
 Write = tuple[str, "bytes | None"]
 Answer = tuple[str, int, tuple[str, ...], tuple[tuple[str, int], ...]]
+
+MEMBER_PREFIX = "m:"  # band keys start with the band's number: no bucket key takes this prefix
+_MEMBER_ENCODER = msgspec.msgpack.Encoder()
+_MEMBER_DECODER = msgspec.msgpack.Decoder(list[tuple[str, int]])
 
 
 def _find(raw: bytes, member: bytes) -> tuple[int, bool]:
@@ -82,6 +111,7 @@ class BandStage:
 
     def __init__(self, context: StageContext) -> None:
         self._limit = context.params.max_candidates
+        self._members = context.band_members
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of joins and leaves for one partition; answer every join."""
@@ -95,7 +125,10 @@ class BandStage:
                 raise TypeError(f"band stage cannot handle {type(message).__name__}")
         compiled = kernels.native()
         apply = apply_in_python if compiled is None else compiled.apply_bands
-        writes, answers = apply(ops, reader(state), self._limit)
+        read = reader(state)
+        writes, answers = apply(ops, read, self._limit)
+        if self._members:
+            writes = [*writes, *member_writes(ops, read)]
         write_all(state, writes)
         return [BandAck(*answer) for answer in answers]
 
@@ -154,3 +187,66 @@ def _best(counts: dict[bytes, int], limit: int) -> tuple[tuple[str, int], ...]:
     """Return the ``limit`` candidates sharing the most bands (then the lowest ids) as (hex content id, bands)."""
     chosen = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
     return tuple((other.hex(), count) for other, count in chosen)
+
+
+def logged(key: str) -> bool:
+    """Whether a Kafka worker's changelog carries ``key`` of the band stage: member records, not buckets."""
+    return key.startswith(MEMBER_PREFIX)
+
+
+def members(raw: bytes | None) -> dict[str, int]:
+    """Decode a member record: the epoch of the member's entry in each band key of the partition."""
+    return {} if raw is None else dict(_MEMBER_DECODER.decode(raw))
+
+
+def _encode_members(entries: dict[str, int]) -> bytes | None:
+    return _MEMBER_ENCODER.encode(sorted(entries.items())) if entries else None
+
+
+def member_writes(ops: Sequence[Op], read: Callable[[list[str]], Sequence[bytes | None]]) -> list[Write]:
+    """Return the member records that ``ops`` change, each entry changed by the rule the buckets follow."""
+    ids = list(dict.fromkeys(content_id(op[1]) for op in ops))
+    keys = [MEMBER_PREFIX + member for member in ids]
+    records = {member: members(raw) for member, raw in zip(ids, read(keys), strict=True)}
+    changed: set[str] = set()
+    for join, content_hash, epoch, band_keys in ops:
+        member = content_id(content_hash)
+        entries = records[member]
+        for band_key in band_keys:
+            held = entries.get(band_key)
+            if join and (held is None or held < epoch):
+                entries[band_key] = epoch
+                changed.add(member)
+            elif not join and held is not None and held <= epoch:
+                del entries[band_key]
+                changed.add(member)
+    return [(MEMBER_PREFIX + m, _encode_members(records[m])) for m in ids if m in changed]
+
+
+def buckets_of_members(
+    changes: Sequence[tuple[str, bytes | None, bytes | None]],
+    read: Callable[[list[str]], Sequence[bytes | None]],
+) -> list[Write]:
+    """Return the bucket writes that bring buckets kept with member records ``before`` to member records ``after``.
+
+    ``changes`` holds (content id, member record before, after); ``read`` reads buckets as they are with the
+    records before. Every entry that changed leaves with its old epoch, then joins with its new one.
+    """
+    leaves: dict[tuple[str, int], list[str]] = {}
+    joins: dict[tuple[str, int], list[str]] = {}
+    for member, before_raw, after_raw in changes:
+        before, after = members(before_raw), members(after_raw)
+        for band_key, epoch in before.items():
+            if after.get(band_key) != epoch:
+                leaves.setdefault((member, epoch), []).append(band_key)
+        for band_key, epoch in after.items():
+            if before.get(band_key) != epoch:
+                joins.setdefault((member, epoch), []).append(band_key)
+    ops: list[Op] = [(False, m, e, tuple(k)) for (m, e), k in leaves.items()]
+    ops += [(True, m, e, tuple(k)) for (m, e), k in joins.items()]
+    if not ops:
+        return []
+    compiled = kernels.native()
+    apply = apply_in_python if compiled is None else compiled.apply_bands
+    writes, _ = apply(ops, read, 1)
+    return list(writes)

@@ -18,12 +18,16 @@ class StageContext:
     params: EngineParams
     policy: CanonicalPolicy
     scheme: SignatureScheme
+    #: Whether the band stage also keeps its buckets by member (:mod:`.bands`): what a Kafka worker's changelog
+    #: holds instead of the buckets themselves.
+    band_members: bool = False
 
     @classmethod
-    def of(cls, params: EngineParams) -> StageContext:
+    def of(cls, params: EngineParams, *, band_members: bool = False) -> StageContext:
         """Build the policy and the signature scheme that ``params`` name."""
         return cls(
             params,
             CanonicalPolicy(params.canonical_policy),
             SignatureScheme(params.num_perm, params.seed, params.shingle_size),
+            band_members,
         )

@@ -119,7 +119,9 @@ class Checkpoints(Ingest):
             await store.open_ack
         if pending.delivered:
             self.faults.passed("outputs-sent")
-        changes = {key: value for writes in pending.txn.changes.values() for key, value in writes.items()}
+        changes = store.logged(
+            {key: value for writes in pending.txn.changes.values() for key, value in writes.items()}
+        )
         last = await self._write_changelog(store, changes, pending.applied) if changes else store.changelog
         self.faults.passed("changelog-sent")
         store.commit(pending.txn, applied=pending.applied, changelog=last)

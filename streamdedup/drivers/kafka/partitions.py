@@ -15,6 +15,10 @@ wins and the store is rebuilt from the start of the log:
 - the store's changelog offset is below the log's start (the records it would need were deleted), or
 - it is at or past the log's end (the topic was deleted and created again, or the broker lost its data): the
   local state includes records the log does not have.
+
+The band stage's changelog carries its member records only, not its buckets (:mod:`streamdedup.core.stages.bands`):
+a replayed batch of member records is written with the bucket changes that bring the buckets from the records
+the store had to the ones replayed.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
+from streamdedup.core.stages.bands import MEMBER_PREFIX, BandStage, buckets_of_members, logged
 from streamdedup.drivers.kafka.changelog import AppliedCall, Replay
 from streamdedup.errors import StateError
 from streamdedup.store.base import Changes, Transaction, check_params
@@ -115,6 +120,12 @@ class PartitionStore:
         txn.commit()
         self.applied, self.changelog = applied, changelog
 
+    def logged(self, changes: dict[str, bytes | None]) -> dict[str, bytes | None]:
+        """Return what the changelog carries of the changes of calls: all of them, but the band stage's buckets."""
+        if self.stage != BandStage.name:
+            return changes
+        return {key: value for key, value in changes.items() if logged(key)}
+
     def apply_calls(self, calls: Iterable[AppliedCall]) -> int:
         """Write replayed calls in one write batch, keys as the changelog holds them; return their records."""
         writes: dict[bytes, bytes | None] = {}
@@ -124,10 +135,30 @@ class PartitionStore:
             records += len(call.writes)
             applied, last = max(applied, call.applied), max(last, call.last_offset)
         if records:
+            if self.stage == BandStage.name:
+                writes = self._with_buckets(writes)
             meta = {APPLIED_KEY: str(applied).encode(), CHANGELOG_KEY: str(last).encode()}
             self.store.commit_raw(self.stage, self.partition, writes, meta)
             self.applied, self.changelog = applied, last
         return records
+
+    def _with_buckets(self, writes: dict[bytes, bytes | None]) -> dict[bytes, bytes | None]:
+        """Add to replayed member records the bucket changes they make (module docs)."""
+        keys = [key.decode("utf-8") for key in writes]
+        stray = next((key for key in keys if not logged(key)), None)
+        if stray is not None:
+            raise StateError(
+                f"{self.stage}-{self.partition}: the changelog holds a bucket record ({stray!r}): it was written "
+                "by a worker before band changelogs carried member records, and this worker cannot replay it; "
+                "start a new generation and switch to it (docs/generations.md)"
+            )
+        read = self.current
+        changes = [
+            (key[len(MEMBER_PREFIX) :], before, writes[key.encode("utf-8")])
+            for key, before in read(keys).items()
+        ]
+        buckets = buckets_of_members(changes, lambda wanted: list(read(wanted).values()))
+        return {**writes, **{key.encode("utf-8"): value for key, value in buckets}}
 
     def current(self, keys: Iterable[str]) -> dict[str, bytes | None]:
         """Return the stored value of each key (None where absent)."""
