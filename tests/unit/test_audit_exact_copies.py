@@ -139,3 +139,23 @@ def test_the_kafka_worker_builds_its_engine_with_the_setting(tmp_path: Path, aud
     copied = {(source, position) for source, position, _ in exact_merges(outputs)}
     assert copied == ({("help-ops", 0), ("help-ops", 1)} if audit_exact_copies else set())
     assert ("merge", "near") in kinds(outputs)
+
+
+def test_the_setting_is_not_an_engine_parameter(tmp_path: Path):
+    # A state and a generation record the parameters' fingerprint: the setting leaves it alone, so a state written
+    # with it off opens with it on, and the same generation serves either way.
+    assert Settings(audit_exact_copies=True).engine_params() == Settings().engine_params()
+    assert Settings(audit_exact_copies=True).engine_params().fingerprint() == EngineParams().fingerprint()
+    out = tmp_path / "out.jsonl"
+    events = feed()
+    for audit_exact_copies, part in ((False, events[:1]), (True, events[1:2])):
+        with opened_state(Settings(audit_exact_copies=audit_exact_copies), tmp_path / "state", str(out)) as (
+            runner,
+            sink,
+        ):
+            runner.process(part, sink)
+    records = [json.loads(line) for line in out.read_bytes().splitlines()]
+    assert [(r["value"]["action"], r["value"]["reason"]) for r in records if r["topic"] == "audit"] == [
+        ("merge", "exact"),
+        ("merge", "exact"),
+    ]
