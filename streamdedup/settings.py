@@ -134,6 +134,12 @@ class Settings(BaseSettings):
         le=64,
         description="Processes converting PDF and Office files (0: one per core, at most 4).",
     )
+    # What the engine reports beyond its results (every driver alike); not a parameter, the state does not record it.
+    audit_exact_copies: bool = Field(
+        False,
+        description="Emit an audit merge/exact record for each position that holds a copy of a known text (off: "
+        "the source-mappings record says 'exact' all the same).",
+    )
     fault_source_id: str | None = Field(
         None, description="Testing only: the source stage raises on every event of this source_id."
     )
@@ -344,6 +350,11 @@ class Settings(BaseSettings):
             max_unpacked_bytes=self.convert_max_unpacked_bytes,
             workers=self.convert_workers,
         )
+
+    def engine_options(self) -> dict[str, Any]:
+        """Return what an :class:`~streamdedup.core.engine.Engine` takes besides its parameters: what it reports and
+        its test fault, as every driver builds its engine with them."""
+        return {"audit_exact_copies": self.audit_exact_copies, "fault_source_id": self.fault_source_id}
 
     def engine_params(self) -> EngineParams:
         """Return the engine parameters these settings describe."""

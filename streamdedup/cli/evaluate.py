@@ -106,7 +106,7 @@ def _run_engine(
 
     The state is dropped on return: what comes next needs only the outputs and the documents.
     """
-    engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
+    engine = Engine(settings.engine_params(), **settings.engine_options())
     store = MemoryStore()
     runner = EmbeddedRunner(engine, store)
     inner, label, column = _feed(settings, source, collection)

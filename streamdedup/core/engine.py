@@ -44,6 +44,10 @@ class InjectedFault(RuntimeError):
 class Engine:
     """The stage handlers for one set of :class:`EngineParams`.
 
+    ``audit_exact_copies`` (``STREAMDEDUP_AUDIT_EXACT_COPIES``) has the source stage emit an ``audit``
+    ``merge``/``exact`` record for each position that holds a copy of a known text; by default it emits none (the
+    mapping says ``exact`` all the same). It is not a parameter: the state does not record it.
+
     ``fault_source_id`` is for tests only: the source stage then raises :class:`InjectedFault` on any batch holding
     an input event of that source, as a handler with a bug would, so tests can show that drivers isolate it.
     ``band_members``: the band stage also keeps each member's buckets (:mod:`streamdedup.core.stages.bands`), as
@@ -51,11 +55,19 @@ class Engine:
     """
 
     def __init__(
-        self, params: EngineParams, *, fault_source_id: str | None = None, band_members: bool = False
+        self,
+        params: EngineParams,
+        *,
+        audit_exact_copies: bool = False,
+        fault_source_id: str | None = None,
+        band_members: bool = False,
     ) -> None:
         self.params = params
+        self.audit_exact_copies = audit_exact_copies
         self.fault_source_id = fault_source_id
-        self.context = StageContext.of(params, band_members=band_members)
+        self.context = StageContext.of(
+            params, audit_exact_copies=audit_exact_copies, band_members=band_members
+        )
         self.policy: CanonicalPolicy = self.context.policy
         self.scheme: SignatureScheme = self.context.scheme
         self.stages: dict[str, StageHandler] = {

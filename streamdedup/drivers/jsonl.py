@@ -206,7 +206,7 @@ def _open_runner(settings: Settings, state: Path) -> tuple[Runner, Callable[[], 
             settings.engine_params(),
             state,
             workers=settings.workers,
-            fault_source_id=settings.fault_source_id,
+            **settings.engine_options(),
             state_cache_mb=settings.state_cache_mb,
         )
         return parallel, parallel.close
@@ -217,7 +217,7 @@ def _open_runner(settings: Settings, state: Path) -> tuple[Runner, Callable[[], 
         )
     store = RocksDBStore(state, records=record_cache(settings.state_cache_mb))
     try:
-        engine = Engine(settings.engine_params(), fault_source_id=settings.fault_source_id)
+        engine = Engine(settings.engine_params(), **settings.engine_options())
         return EmbeddedRunner(engine, store, where=str(state)), store.close
     except BaseException:
         store.close()

@@ -93,6 +93,7 @@ class ParallelRunner(Runner):
         state: Path,
         *,
         workers: int,
+        audit_exact_copies: bool = False,
         fault_source_id: str | None = None,
         state_cache_mb: int = DEFAULT_STATE_CACHE_MB,
     ) -> None:
@@ -131,7 +132,7 @@ class ParallelRunner(Runner):
                         workers,
                         state / f"shard-{index}",
                         params,
-                        fault_source_id,
+                        {"audit_exact_copies": audit_exact_copies, "fault_source_id": fault_source_id},
                         where,
                         state_cache_mb and max(1, state_cache_mb // workers),  # 0 stays none
                         kernels.kind(),  # the driver's kernels, whatever chose them
@@ -151,7 +152,7 @@ class ParallelRunner(Runner):
             raise
         self.counters = RunCounters.from_json(self.store.get_meta(COUNTERS_KEY))
         self._route = router(workers)
-        self._engine = Engine(params, fault_source_id=fault_source_id)
+        self._engine = Engine(params, audit_exact_copies=audit_exact_copies, fault_source_id=fault_source_id)
         self._collector = BatchCollector()
 
     def _process(

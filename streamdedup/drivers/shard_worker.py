@@ -45,12 +45,12 @@ _PENDING_TYPE = tuple[int, list[tuple[str, int, dict[str, bytes | None]]]]
 def _worker_main(conn: Connection) -> None:
     """A worker: one partition of the source, content and band stages, with a store of its own, at the driver's
     command."""
-    index, workers, path, params, fault_source_id, where, state_cache_mb, kind = conn.recv()
+    index, workers, path, params, options, where, state_cache_mb, kind = conn.recv()
     kernels.use(kind)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the workers when it is interrupted
     gc.disable()  # a batch's objects are freed by reference counting; see drivers.collector
     try:
-        engine = Engine(params, fault_source_id=fault_source_id)
+        engine = Engine(params, **options)  # the driver's engine options: audit_exact_copies, fault_source_id
         store = RocksDBStore(path, records=record_cache(state_cache_mb))
     except Exception as exc:
         conn.send(("state", f"cannot open worker {index}'s state at {path}: {exc}"))

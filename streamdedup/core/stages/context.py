@@ -1,4 +1,5 @@
-"""What a stage handler is built from: the engine's parameters, its canonical policy and its signature scheme."""
+"""What a stage handler is built from: the engine's parameters, its canonical policy, its signature scheme and what
+it reports beyond its results."""
 
 from __future__ import annotations
 
@@ -18,16 +19,23 @@ class StageContext:
     params: EngineParams
     policy: CanonicalPolicy
     scheme: SignatureScheme
+    #: Whether the source stage emits an ``audit`` ``merge``/``exact`` record for each position that holds a copy
+    #: (``STREAMDEDUP_AUDIT_EXACT_COPIES``). Not an engine parameter: it changes what is reported, not what the
+    #: state means, so a state or a generation is the same with it on or off.
+    audit_exact_copies: bool = False
     #: Whether the band stage also keeps its buckets by member (:mod:`.bands`): what a Kafka worker's changelog
     #: holds instead of the buckets themselves.
     band_members: bool = False
 
     @classmethod
-    def of(cls, params: EngineParams, *, band_members: bool = False) -> StageContext:
+    def of(
+        cls, params: EngineParams, *, audit_exact_copies: bool = False, band_members: bool = False
+    ) -> StageContext:
         """Build the policy and the signature scheme that ``params`` name."""
         return cls(
             params,
             CanonicalPolicy(params.canonical_policy),
             SignatureScheme(params.num_perm, params.seed, params.shingle_size),
+            audit_exact_copies,
             band_members,
         )

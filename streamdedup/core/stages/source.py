@@ -57,6 +57,7 @@ class SourceStage:
 
     def __init__(self, context: StageContext) -> None:
         self._params = context.params
+        self._audit_exact = context.audit_exact_copies
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of input events, content statuses and boilerplate lists for one partition."""
@@ -349,14 +350,17 @@ class SourceStage:
         if changed is None:
             return
         value, merged = changed
-        for position, chunk_id in merged:
-            out.append(
-                Output(
-                    "audit",
-                    chunk_id,
-                    audit_value(chunk_id, "merge", "exact", source_id=source_id, position=position),
+        # The positions that became copies of a known text, audited only when asked for (audit_exact_copies): the
+        # mapping says "exact" of them all the same.
+        if self._audit_exact:
+            for position, chunk_id in merged:
+                out.append(
+                    Output(
+                        "audit",
+                        chunk_id,
+                        audit_value(chunk_id, "merge", "exact", source_id=source_id, position=position),
+                    )
                 )
-            )
         record.mapped, record.mapped_version = mapped, record.version
         table.mark(source_id)
         out.append(Output("source-mappings", source_id, msgspec.Raw(value)))

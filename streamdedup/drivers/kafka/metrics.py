@@ -41,7 +41,10 @@ class Metrics:
             "streamdedup_dead_letters", "Messages written to the dlq topic.", ["reason"], registry=r
         )
         self.merges = Counter(
-            "streamdedup_merges", "Merges into a chunk (audit merge).", ["kind"], registry=r
+            "streamdedup_merges",
+            "Merges into a chunk (audit merge; exact ones only with STREAMDEDUP_AUDIT_EXACT_COPIES).",
+            ["kind"],
+            registry=r,
         )
         self.canonical_changes = Counter(
             "streamdedup_canonical_changes", "Changes of a chunk's canonical (audit swap).", registry=r

@@ -103,9 +103,7 @@ class StageWorker(Handling, CommittedOffsets, mode.Service):
         self._on_crash = on_crash
         self.settings = settings
         self.metrics = metrics
-        self.engine = Engine(
-            settings.engine_params(), fault_source_id=settings.fault_source_id, band_members=True
-        )
+        self.engine = Engine(settings.engine_params(), **settings.engine_options(), band_members=True)
         self.limits = settings.event_limits()
         self.names = settings.topic_names()
         feeds = load_feeds(settings.feeds, self.limits) if settings.feeds is not None else None
