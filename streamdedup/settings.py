@@ -9,6 +9,7 @@ The CLI builds :class:`Settings` once and passes it down; nothing reads the envi
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -17,6 +18,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from streamdedup.contract.codec import DEFAULT_LIMITS, EventLimits
 from streamdedup.convert import ConvertLimits
+from streamdedup.core.lineage import LineageRules
 from streamdedup.core.params import DEFAULT_STATE_CACHE_MB, EngineParams
 from streamdedup.errors import ConfigurationError
 
@@ -139,6 +141,11 @@ class Settings(BaseSettings):
         False,
         description="Emit an audit merge/exact record for each position that holds a copy of a known text (off: "
         "the source-mappings record says 'exact' all the same).",
+    )
+    lineage_rules: Annotated[dict[str, list[Any]], NoDecode] = Field(
+        {},
+        description="Lineage rules (docs/lineages.md): a JSON object mapping a collection to its rules, each a pattern "
+        'such as "django/{version}/{path...}" or {"pattern": ..., "order": "version" or "modified_at"}.',
     )
     fault_source_id: str | None = Field(
         None, description="Testing only: the source stage raises on every event of this source_id."
@@ -292,6 +299,25 @@ class Settings(BaseSettings):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
+    @field_validator("lineage_rules", mode="before")
+    @classmethod
+    def _decode_lineage_rules(cls, value: Any) -> Any:
+        if isinstance(value, (str, bytes)):  # the environment's or --set's JSON
+            try:
+                return json.loads(value or "{}")
+            except ValueError as exc:
+                raise ValueError(f"lineage_rules is not JSON: {exc}") from exc
+        return value
+
+    @field_validator("lineage_rules", mode="after")
+    @classmethod
+    def _check_lineage_rules(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        try:
+            LineageRules.parse(value)
+        except ConfigurationError as exc:
+            raise ValueError(str(exc)) from exc
+        return value
+
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> Settings:
         if self.heartbeat_interval * 3 > self.session_timeout:
@@ -350,6 +376,10 @@ class Settings(BaseSettings):
             max_unpacked_bytes=self.convert_max_unpacked_bytes,
             workers=self.convert_workers,
         )
+
+    def lineages(self) -> LineageRules:
+        """Return the lineage rules of every collection these settings describe (none by default)."""
+        return LineageRules.parse(self.lineage_rules)
 
     def engine_options(self) -> dict[str, Any]:
         """Return what an :class:`~streamdedup.core.engine.Engine` takes besides its parameters: what it reports and
