@@ -135,7 +135,7 @@ class _Placeholder:
 def _tokens(pattern: str) -> list[str | _Placeholder]:
     """The pattern as literal texts and placeholders; raise ConfigurationError naming what is wrong with it."""
     if not pattern:
-        raise ConfigurationError("lineage pattern is empty")
+        raise ConfigurationError("lineage pattern '' is empty")
     parts: list[str | _Placeholder] = []
     for match in _TOKEN.finditer(pattern):
         token = match.group()
