@@ -3,9 +3,10 @@
 The outputs are the deployment's ``canonical-chunks`` and ``source-mappings`` topics, or an embedded run's JSONL
 output file (``--from FILE``). :class:`~streamdedup.index.writer.IndexWriter` does the work: one row per live
 chunk, each distinct text embedded once, metadata-only updates for ACL and source changes, rows deleted with the
-chunk's last source, and ``semantic`` review flags for new texts close to an indexed one. The flags of a batch are
-delivered before the batch is committed (to the ``review`` topic, or appended to ``--reviews FILE``, by default
-the output file itself), so a crash repeats a flag rather than losing it.
+chunk's last source, and ``semantic`` review flags for new texts close to an indexed one (versions of one lineage
+are recorded in ``audit`` as resolved instead). The flags of a batch are delivered before the batch is committed
+(to the ``review`` topic, or appended to ``--reviews FILE``, by default the output file itself), so a crash
+repeats a flag rather than losing it.
 """
 
 from __future__ import annotations
@@ -132,13 +133,13 @@ class _FileApplier:
 
 
 class _TopicApplier:
-    """Applies records from the topics in a thread; flags are sent to the review topic before each commit."""
+    """Applies records from the topics in a thread; flags (and lineage audits) are sent before each commit."""
 
     def __init__(
         self,
         writer: IndexWriter,
         producer: AIOKafkaProducer,
-        topic: str,
+        topic: Callable[[str], str],
         metrics: IndexMetrics,
         faults: FaultPoints,
     ) -> None:
@@ -164,7 +165,7 @@ class _TopicApplier:
     async def _send(self, reviews: Sequence[Output]) -> None:
         sent = [
             await self.producer.send(
-                self.topic,
+                self.topic(r.topic),
                 key=None if r.key is None else r.key.encode(),
                 value=encode_output_value(r),
             )
@@ -219,6 +220,7 @@ class _Builds:
                 semantic_threshold=settings.semantic_threshold,
                 params=settings.engine_params(),
                 vector_source=functools.partial(self._borrow, generation),
+                lineages=settings.lineages(),
             )
         except BaseException:
             sink.close()
@@ -331,9 +333,7 @@ class _TopicIndexer:
         build = self.builds.open(generation, params)
         names = TopicNames(self.settings.topic_prefix, generation)
         own = self.settings.model_copy(update={"generation": generation})
-        applier = _TopicApplier(
-            build.writer, self.producer, names.output("review"), self.metrics, self.faults
-        )
+        applier = _TopicApplier(build.writer, self.producer, names.output, self.metrics, self.faults)
         # audit too: the reviewers' decisions, so that a pair kept separate is never flagged again.
         build.task = asyncio.create_task(
             materialize_topics(own, applier, follow=follow, on_batch=self.shown, topics=_READ, stop=self.stop)

@@ -175,6 +175,9 @@ class LineageRule:
 
     pattern: str
     order: Order = "version"
+    #: Whether a semantic pair between versions of one of its lineages still goes to review (by default the
+    #: lineage resolves it).
+    review: bool = False
     _parts: tuple[str | _Placeholder, ...] = field(init=False, repr=False, compare=False)
     _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
@@ -244,6 +247,16 @@ class LineageRules:
                 return membership
         return None
 
+    def anywhere(self, source_id: str) -> tuple[str, str, LineageRule] | None:
+        """The lineage and version text of ``source_id`` under the first rule of any collection that matches it,
+        with that rule, or None: for readers of outputs, which do not name a source's collection."""
+        for rules in self.rules.values():
+            for rule in rules:
+                found = rule.lineage_of(source_id)
+                if found is not None:
+                    return (*found, rule)
+        return None
+
     @classmethod
     def parse(cls, value: Mapping[str, Sequence[object]]) -> LineageRules:
         """Build the rules from the setting's form: collection → [pattern, or {"pattern": ..., "order": ...}]."""
@@ -252,20 +265,31 @@ class LineageRules:
             rules = []
             for index, entry in enumerate(entries):
                 where = f"lineage_rules[{collection!r}][{index}]"
+                review: object = False
                 if isinstance(entry, str):
                     pattern, order = entry, "version"
-                elif isinstance(entry, Mapping) and set(entry) <= {"pattern", "order"} and "pattern" in entry:
+                elif (
+                    isinstance(entry, Mapping)
+                    and set(entry) <= {"pattern", "order", "review"}
+                    and "pattern" in entry
+                ):
                     pattern, order = entry["pattern"], entry.get("order", "version")
+                    review = entry.get("review", False)
                 else:
                     raise ConfigurationError(
-                        f"{where}: {entry!r} is neither a pattern nor an object with 'pattern' and 'order'"
+                        f"{where}: {entry!r} is neither a pattern nor an object with 'pattern', 'order' and "
+                        "'review'"
                     )
                 if not isinstance(pattern, str) or order not in ("version", "modified_at"):
                     raise ConfigurationError(
                         f"{where}: {entry!r} needs a string 'pattern' and an 'order' of 'version' or 'modified_at'"
                     )
+                if not isinstance(review, bool):
+                    raise ConfigurationError(f"{where}: 'review' is true or false, not {review!r}")
                 try:
-                    rules.append(LineageRule(pattern, "version" if order == "version" else "modified_at"))
+                    rules.append(
+                        LineageRule(pattern, "version" if order == "version" else "modified_at", review)
+                    )
                 except ConfigurationError as exc:
                     raise ConfigurationError(f"{where}: {exc}") from exc
             built[collection] = tuple(rules)

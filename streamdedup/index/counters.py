@@ -19,7 +19,8 @@ class IndexCounters:
     came from another table's writer by content hash instead (a table of another generation, same model: the
     embedding calls a rebuilt index saved); ``rows_written`` rows written
     with a vector (a chunk indexed, or given another text); ``metadata_updates`` rows whose other fields changed
-    in place; ``rows_deleted`` rows deleted; ``review_flags`` semantic flags raised. ``positions`` is the number
+    in place; ``rows_deleted`` rows deleted; ``review_flags`` semantic flags raised; ``lineage_resolved``
+    semantic pairs resolved by a lineage instead (:mod:`.lineage_pairs`). ``positions`` is the number
     of live source positions in the view and ``rows`` the number of rows in the index.
 
     >>> IndexCounters(positions=15, rows=12).embedding_calls_saved
@@ -32,6 +33,7 @@ class IndexCounters:
     metadata_updates: int = 0
     rows_deleted: int = 0
     review_flags: int = 0
+    lineage_resolved: int = 0
     positions: int = 0
     rows: int = 0
 
@@ -65,7 +67,8 @@ class BatchReport:
 
     ``records`` counts the compacted records applied; ``embedded`` the texts this call sent to the embedder;
     ``rows_written``, ``metadata_updates`` and ``rows_deleted`` what the batch changed in the index; ``reviews``
-    the semantic flags raised, as ``review`` output records.
+    the semantic flags raised, as ``review`` output records; ``resolved`` the ``audit`` records of the semantic
+    pairs a lineage resolved instead.
     """
 
     records: int
@@ -75,6 +78,7 @@ class BatchReport:
     rows_deleted: int
     reviews: tuple[Output, ...]
     totals: IndexCounters
+    resolved: tuple[Output, ...] = ()
 
     @property
     def review_flags(self) -> int:

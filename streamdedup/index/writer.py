@@ -46,6 +46,8 @@ not be flagged, so the flags are those a search of every new row gives. A pair w
 engine's normalization and shingles) reaches the engine's threshold, both texts long enough for near matching, is
 not flagged: the engine verified it, and merged it or flagged it as ``fact_conflict`` or ``acl_boundary`` itself.
 Nor is a pair a reviewer kept separate or merged: the writer reads those decisions from ``audit`` with the rest.
+A pair whose texts are versions of one document (``lineages``) is recorded in ``audit`` as resolved by the
+lineage, not flagged (:mod:`streamdedup.index.lineage_pairs`).
 
 **Counters** (:class:`IndexCounters`) are committed with the read position, so they survive restarts, and are
 computed from the committed view and the records (texts embedded: from the cache writes), so a crash and a replay
@@ -62,6 +64,7 @@ from typing import Any
 
 import numpy as np
 
+from streamdedup.core.lineage import LineageRules
 from streamdedup.core.markup import plain_text
 from streamdedup.core.messages import Output
 from streamdedup.core.normalize import content_hash, normalize
@@ -71,6 +74,7 @@ from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
 from streamdedup.index.counters import BatchReport, IndexCounters
 from streamdedup.index.embeddings import Embedder
+from streamdedup.index.lineage_pairs import LineagePairs
 from streamdedup.index.neighbours import MAX_ROWS, VectorMatrix
 from streamdedup.index.sink import Match, Row, Sink, Vectors
 from streamdedup.query.live_view import Pending, Record, ViewWriter
@@ -111,6 +115,7 @@ class IndexWriter:
         params: EngineParams | None = None,
         vector_source: Callable[[Sequence[str]], Mapping[str, bytes]] | None = None,
         memory_rows: int = MAX_ROWS,
+        lineages: LineageRules | None = None,
     ) -> None:
         if not 0.0 < semantic_threshold <= 1.0:
             raise ConfigurationError(f"semantic_threshold must be in (0, 1], not {semantic_threshold}")
@@ -139,6 +144,7 @@ class IndexWriter:
         #: The sink's vectors in memory, read from it at the first search (:mod:`streamdedup.index.neighbours`).
         self._matrix: VectorMatrix | None = None
         self._memory_rows = memory_rows
+        self._lineages = LineagePairs(lineages) if lineages else None
         self.model = embedder.model_id
         self.dimensions = embedder.dimensions
         self.view = ViewWriter(directory)
@@ -206,8 +212,9 @@ class IndexWriter:
         Topics other than ``canonical-chunks`` and ``source-mappings`` are skipped, but for the reviewers' decisions
         in ``audit`` (a pair kept separate or merged is not flagged again). The view, ``progress`` and
         the counters are committed after the sink is written, in one write batch. ``deliver``, if given, gets the
-        batch's semantic flags (none, often) before that commit, so a flag is never lost to a crash: if it
-        raises, nothing is committed and the batch, flags included, is applied again.
+        batch's semantic flags (none, often) and the audit records of pairs a lineage resolved before that commit,
+        so a flag is never lost to a crash: if it raises, nothing is committed and the batch, flags included, is
+        applied again.
         """
         pending = self.view.stage(records)
         touched = sorted(pending.chunks_touched)
@@ -242,7 +249,8 @@ class IndexWriter:
         except BaseException:
             self._matrix = None  # the sink may hold part of the batch: read it again at the next search
             raise
-        reviews = self._semantic(written, vectors, pending)
+        found = self._semantic(written, vectors, pending)
+        reviews = [output for output in found if output.topic == "review"]
 
         # What the batch changed in the index, by the committed view and the staged one (never by the sink, which
         # may be ahead after a crash): so a replay counts what the interrupted attempt did once.
@@ -263,13 +271,14 @@ class IndexWriter:
             metadata_updates=previous.metadata_updates + changed,
             rows_deleted=previous.rows_deleted + deleted,
             review_flags=previous.review_flags + len(reviews),
+            lineage_resolved=previous.lineage_resolved + len(found) - len(reviews),
             positions=previous.positions
             + _positions(pending, pending.sources_touched)
             - _positions(self.view, pending.sources_touched),
             rows=previous.rows + appeared - deleted,
         )
         if deliver is not None:
-            deliver(reviews)
+            deliver(found)
         self.view.commit(pending, progress, extras={_COUNTERS: totals.to_json()})
         self._totals = totals
         if embedded or written or deleted or changed or reviews:
@@ -290,6 +299,7 @@ class IndexWriter:
             rows_deleted=deleted,
             reviews=tuple(reviews),
             totals=totals,
+            resolved=tuple(o for o in found if o.topic != "review"),
         )
 
     def search(self, query_text: str, principals: Iterable[str], k: int = 5) -> list[Kept[Match]]:
@@ -389,7 +399,8 @@ class IndexWriter:
     def _semantic(self, fresh: Sequence[Row], vectors: Mapping[str, Vectors], view: Pending) -> list[Output]:
         """Flag each newly indexed text's nearest other rows at or above the threshold (see the module docstring).
 
-        A pair a reviewer kept separate or merged is not flagged again.
+        A pair a reviewer kept separate or merged is not flagged again; a pair of versions of one lineage is
+        returned as its ``audit`` record instead of a flag.
         """
         if not self.semantic_neighbours or not fresh:
             return []
@@ -419,6 +430,12 @@ class IndexWriter:
                     continue
                 similarity, engine_pair = self._jaccard(row, other)
                 if engine_pair or (view.decision(key) or {}).get("decision") in ("keep_separate", "merge"):
+                    continue
+                versions = (
+                    self._lineages.versions(row.source_ids, other.source_ids) if self._lineages else None
+                )
+                if versions is not None and not versions.review:
+                    flags[key] = LineagePairs.audit(key, row.content_hash, other.content_hash, versions)
                     continue
                 flags[key] = Output(
                     "review",

@@ -1,0 +1,119 @@
+"""Semantic pairs between versions of one document, resolved by its lineage in ``audit`` instead of flagged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from streamdedup.core.engine import Engine
+from streamdedup.core.lineage import LineageRules
+from streamdedup.core.normalize import content_hash
+from streamdedup.index.writer import IndexWriter
+from tests.helpers import upsert
+from tests.unit.test_index_writer import (
+    AUTOMOBILE,
+    CAR,
+    OTHER,
+    SCHEMAS,
+    Record,
+    batches,
+    corpus_records,
+    open_writer,
+    paraphrase_embedder,
+)
+
+RULES = {"docs": ["docs/{version}/{page...}"]}
+LINEAGE = "docs/{version}/garage/tires.txt"
+
+
+def _records(engine: Engine, layout: dict[str, list[str]]) -> list[Record]:
+    """The outputs of an embedded run over sources (source id → chunks), one upsert each, in order."""
+    return corpus_records(
+        engine, [upsert(s, 1, chunks, day=n + 1) for n, (s, chunks) in enumerate(layout.items())]
+    )
+
+
+def _apply(writer: IndexWriter, records: list[Record]) -> tuple[list[Any], list[Any]]:
+    delivered: list[Any] = []
+    reviews: list[Any] = []
+    for end, batch in batches(records, 2):
+        report = writer.apply(batch, {"test": str(end).encode()}, deliver=delivered.extend)
+        reviews.extend(report.reviews)
+    return delivered, reviews
+
+
+def _writer(tmp_path: Path, rules: dict[str, Any] | None) -> IndexWriter:
+    lineages = LineageRules.parse(rules) if rules is not None else None
+    return open_writer(tmp_path, paraphrase_embedder(), lineages=lineages)
+
+
+RELEASES = {
+    "docs/1.0/garage/tires.txt": [CAR],
+    "docs/2.0/garage/tires.txt": [AUTOMOBILE],
+    "web/other.txt": [OTHER],
+}
+
+
+@pytest.mark.parametrize(
+    "rules", [None, {}, {"docs": [{"pattern": "docs/{version}/{page...}", "review": True}]}]
+)
+def test_without_a_rule_for_them_versions_are_flagged_as_before(engine: Engine, tmp_path: Path, rules: Any):
+    with _writer(tmp_path, rules) as writer:
+        delivered, reviews = _apply(writer, _records(engine, RELEASES))
+        assert writer.totals.review_flags == 1 and writer.totals.lineage_resolved == 0
+    assert [o.topic for o in delivered] == ["review"] == [o.topic for o in reviews]
+
+
+def test_a_pair_of_versions_of_one_page_is_resolved_by_its_lineage(engine: Engine, tmp_path: Path):
+    validator = Draft202012Validator(json.loads((SCHEMAS / "audit.v1.schema.json").read_text()))
+    with _writer(tmp_path, RULES) as writer:
+        delivered, reviews = _apply(writer, _records(engine, RELEASES))
+        assert (writer.totals.review_flags, writer.totals.lineage_resolved) == (0, 1)
+    assert reviews == []
+    (audit,) = delivered
+    low, high = sorted((content_hash(CAR), content_hash(AUTOMOBILE)))
+    versions = {content_hash(CAR): ["1.0"], content_hash(AUTOMOBILE): ["2.0"]}
+    assert (audit.topic, audit.key) == ("audit", f"{low}:{high}")
+    assert audit.value == {
+        "schema": "streamdedup.audit/v1",
+        "chunk_id": None,
+        "action": "resolved",
+        "reason": "lineage",
+        "subject": f"{low}:{high}",
+        "lineage": LINEAGE,
+        "a": {"content_hash": low, "versions": versions[low]},
+        "b": {"content_hash": high, "versions": versions[high]},
+        "detail": f"versions {versions[low][0]} and {versions[high][0]} of {LINEAGE}",
+    }
+    assert list(validator.iter_errors(audit.value)) == []
+
+
+def test_two_passages_of_one_version_and_pages_of_other_lineages_are_still_flagged(
+    engine: Engine, tmp_path: Path
+):
+    both_in_one_version = {
+        "docs/1.0/garage/tires.txt": [CAR],
+        "docs/2.0/garage/tires.txt": [
+            CAR,
+            AUTOMOBILE,
+        ],  # 2.0 holds both: two passages, not two versions of one
+        "web/other.txt": [OTHER],
+    }
+    other_pages = {"docs/1.0/garage/tires.txt": [CAR], "docs/2.0/garage/winter.txt": [AUTOMOBILE]}
+    for n, layout in enumerate([both_in_one_version, other_pages]):
+        with _writer(tmp_path / str(n), RULES) as writer:
+            delivered, _ = _apply(writer, _records(engine, layout))
+            assert (writer.totals.review_flags, writer.totals.lineage_resolved) == (1, 0)
+        assert [o.topic for o in delivered] == ["review"]
+
+
+def test_the_count_of_resolved_pairs_survives_a_restart(engine: Engine, tmp_path: Path):
+    records = _records(engine, RELEASES)
+    with _writer(tmp_path, RULES) as writer:
+        _apply(writer, records)
+    with _writer(tmp_path, RULES) as writer:
+        assert (writer.totals.review_flags, writer.totals.lineage_resolved) == (0, 1)
