@@ -10,7 +10,7 @@ NATIVE_SOURCES := native/Cargo.toml native/Cargo.lock $(shell find native -name 
 
 .PHONY: setup example test lint docs native-toolchain wheel chromium postgresql clean bench bench-signatures bench-profile \
 	bench-engine bench-streaming bench-state bench-popularity bench-dense bench-retrieval bench-index bench-floor bench-cdc \
-	bench-convert bench-rebuild bench-burst bench-failover bench-copies bench-report
+	bench-convert bench-rebuild bench-burst bench-failover bench-copies bench-lineages bench-report
 
 # Without cargo the package installs without its compiled kernels and runs its Python ones (the same results, slower).
 $(STAMP): pyproject.toml constraints.txt $(NATIVE_SOURCES)
@@ -117,11 +117,15 @@ bench-failover: $(BENCH_STAMP)
 ## both from launch, interleaved rounds; the output's bytes by topic, rewrite and audit kind.
 bench-copies: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.copies
+## Semantic flags of `streamdedup index` on two Django releases, without and with a lineage rule.
+bench-lineages: $(BENCH_STAMP)
+	$(BIN)/python -m benchmarks.lineages
 ## Rewrite docs/benchmarks.md from benchmarks/results/*.json without running anything.
 bench-report: $(BENCH_STAMP)
 	$(BIN)/python -m benchmarks.report
 bench: bench-signatures bench-profile bench-engine bench-streaming bench-state bench-popularity bench-dense \
-	bench-retrieval bench-index bench-floor bench-convert bench-rebuild bench-burst bench-failover bench-copies
+	bench-retrieval bench-index bench-floor bench-convert bench-rebuild bench-burst bench-failover bench-copies \
+	bench-lineages
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache .hypothesis
