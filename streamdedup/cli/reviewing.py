@@ -88,6 +88,7 @@ def review_command(
         verdicts=verdicts,
         sample=sample,
         applies_at_once=broker is None,
+        lineages=settings.lineages(),
     )
     app = create_app(config, feed, submit, background=background)
     asyncio.run(serve(app, host, port, console))

@@ -37,6 +37,7 @@ __all__ = [
     "Order",
     "OrderKey",
     "order_by_modified",
+    "ordered_versions",
     "version_key",
 ]
 
@@ -294,3 +295,8 @@ class LineageRules:
                     raise ConfigurationError(f"{where}: {exc}") from exc
             built[collection] = tuple(rules)
         return cls(built)
+
+
+def ordered_versions(versions: Iterable[str]) -> tuple[str, ...]:
+    """Return distinct version texts in the member order (:func:`version_key`), oldest first."""
+    return tuple(sorted(set(versions), key=version_key))

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from streamdedup.core.lineage import LineageRule, LineageRules, version_key
+from streamdedup.core.lineage import LineageRule, LineageRules, ordered_versions
 from streamdedup.core.messages import Output
 from streamdedup.core.records import audit_value
 
@@ -68,7 +68,9 @@ class LineagePairs:
         for lineage in sorted(mine.keys() & theirs.keys()):
             (held_a, rule), (held_b, _) = mine[lineage], theirs[lineage]
             if held_a.keys().isdisjoint(held_b.keys()):
-                return Versions(lineage, _ordered(held_a.values()), _ordered(held_b.values()), rule.review)
+                return Versions(
+                    lineage, ordered_versions(held_a.values()), ordered_versions(held_b.values()), rule.review
+                )
         return None
 
     @staticmethod
@@ -92,7 +94,3 @@ class LineagePairs:
                 detail=detail,
             ),
         )
-
-
-def _ordered(versions: Iterable[str]) -> tuple[str, ...]:
-    return tuple(sorted(set(versions), key=version_key))

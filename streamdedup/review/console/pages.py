@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamdedup.core.lineage import LineageRules, ordered_versions
 from streamdedup.query.calibration import VerifiedPair, pair_outcome
 from streamdedup.query.corpus import CorpusText
 from streamdedup.review.console.data import (
@@ -38,6 +39,7 @@ from streamdedup.review.console.stats import (
 
 __all__ = [
     "CalibrationFigures",
+    "LineageRow",
     "QueueItem",
     "SampleItem",
     "SideView",
@@ -57,6 +59,21 @@ class SideView:
 
 
 @dataclass(frozen=True, slots=True)
+class LineageRow:
+    """A lineage (``STREAMDEDUP_LINEAGE_RULES``) that the sources of a pair's sides belong to: the versions holding
+    each side, and every version seen on either, in the member order."""
+
+    lineage: str
+    a: tuple[str, ...]
+    b: tuple[str, ...]
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """Every version of the lineage that holds a side, oldest first."""
+        return ordered_versions((*self.a, *self.b))
+
+
+@dataclass(frozen=True, slots=True)
 class QueueItem:
     """A review flag as the queue shows it."""
 
@@ -67,6 +84,7 @@ class QueueItem:
     a: SideView
     b: SideView
     decision: Decision | None
+    lineages: tuple[LineageRow, ...] = ()
 
     @property
     def key(self) -> str:
@@ -79,8 +97,11 @@ class QueueItem:
         return str(self.flag.value.get("detail") or "")
 
 
-def queue_items(data: ConsoleData, flags: Sequence[Flag], texts: Mapping[str, str]) -> list[QueueItem]:
-    """Return the queue's view of ``flags``; ``texts`` supplies side texts the outputs do not carry."""
+def queue_items(
+    data: ConsoleData, flags: Sequence[Flag], texts: Mapping[str, str], lineages: LineageRules | None = None
+) -> list[QueueItem]:
+    """Return the queue's view of ``flags``; ``texts`` supplies side texts the outputs do not carry, ``lineages``
+    the rules that tell which versions of a document each side's sources are."""
     items = []
     for flag in flags:
         sides = [data.side(flag, "a"), data.side(flag, "b")]
@@ -106,9 +127,28 @@ def queue_items(data: ConsoleData, flags: Sequence[Flag], texts: Mapping[str, st
                 a=SideView(sides[0], tuple(left), tuple(facts[0])),
                 b=SideView(sides[1], tuple(right), tuple(facts[1])),
                 decision=data.decision(flag.key),
+                lineages=lineage_rows(lineages, sides[0], sides[1]) if lineages else (),
             )
         )
     return items
+
+
+def lineage_rows(lineages: LineageRules, a: Side, b: Side) -> tuple[LineageRow, ...]:
+    """Return the lineages the sources listed on either side belong to, with the versions holding each side.
+
+    Outputs name no collection, so a source takes the first rule of any collection that matches it.
+    """
+    found: dict[str, tuple[list[str], list[str]]] = {}
+    for which, side in enumerate((a, b)):
+        for source in side.sources:
+            membership = lineages.anywhere(source.source_id)
+            if membership is not None:
+                lineage, version, _ = membership
+                found.setdefault(lineage, ([], []))[which].append(version or source.source_id)
+    return tuple(
+        LineageRow(lineage, ordered_versions(held[0]), ordered_versions(held[1]))
+        for lineage, held in sorted(found.items())
+    )
 
 
 def _with_text(side: Side, text: str | None) -> Side:

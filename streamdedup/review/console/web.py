@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import jinja2
 from aiohttp import web
 
+from streamdedup.core.lineage import LineageRules
 from streamdedup.core.params import EngineParams
 from streamdedup.errors import StreamDedupError
 from streamdedup.query.calibration import VerifiedPair
@@ -97,6 +98,7 @@ class ConsoleConfig:
     verdicts: Path | None
     sample: int = 50
     applies_at_once: bool = True  # embedded: a decision is in the outputs when the call returns
+    lineages: LineageRules | None = None  # STREAMDEDUP_LINEAGE_RULES: each side's versions beside a pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,8 +204,8 @@ class ReviewConsole:
             return self._page(
                 "queue.html",
                 "queue",
-                open_items=queue_items(data, open_flags, texts),
-                resolved_items=queue_items(data, resolved, texts),
+                open_items=queue_items(data, open_flags, texts, self.config.lineages),
+                resolved_items=queue_items(data, resolved, texts, self.config.lineages),
                 records=data.records,
             )
 
