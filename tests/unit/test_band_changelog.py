@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from aiokafka import TopicPartition
+from msgspec import msgpack
 
 from streamdedup.core.messages import BandJoin, BandLeave, Message
 from streamdedup.drivers.kafka.batches import encode_batches
@@ -108,3 +109,39 @@ def test_a_band_changelog_of_bucket_records_is_refused_with_what_to_do(tmp_path)
     store = PartitionStore(tmp_path, "band", 1, SETTINGS.engine_params())
     with pytest.raises(StateError, match="new generation"):
         asyncio.run(recover(RestoreConsumer(logs), {BAND_LOG: store}))  # type: ignore[arg-type]
+
+
+def test_a_band_store_written_before_member_records_is_refused_when_opened(tmp_path):
+    store = PartitionStore(tmp_path, "band", 1, SETTINGS.engine_params())
+    store.store.commit_raw("band", 1, {b"000abc": b"\x00" * 12}, {"changelog-offset": b"7"})
+    store.store.commit_raw(
+        "band", 1, {}, {"band-changelog": b""}
+    )  # not the marker, as an earlier version left it
+    store.close()
+    with pytest.raises(StateError, match="new generation"):
+        PartitionStore(tmp_path, "band", 1, SETTINGS.engine_params())
+    fresh = PartitionStore(tmp_path / "fresh", "band", 1, SETTINGS.engine_params())
+    fresh.close()
+    again = PartitionStore(tmp_path / "fresh", "band", 1, SETTINGS.engine_params())  # a new store is marked
+    again.close()
+
+
+def test_a_band_call_cut_short_at_the_log_s_end_is_left_out_and_repaired(tmp_path):
+    logs = Logs()
+    worker = _assigned(make_worker(tmp_path, logs))
+    _round(worker, _ROUNDS[0])
+    kept = _state(worker)
+    worker.stores.partitions.pop(("band", 1)).close()
+    log = logs.of(BAND_LOG.topic, 1)
+    end = log[-1].offset
+    cut = [
+        (b"m:" + HASHES[0][:16].encode(), None),
+        (b"m:" + HASHES[7][:16].encode(), msgpack.encode([["002x", 9]])),
+    ]
+    log.extend(Record(end + 1 + n, key, value) for n, (key, value) in enumerate(cut))  # no closing record
+    for where in ("fresh", "again"):  # rebuilt from the log, then once more after the repair call
+        rebuilt = _assigned(make_worker(tmp_path / where, logs))
+        assert _state(rebuilt) == kept
+        rebuilt.stores.partitions.pop(("band", 1)).close()
+    repair = [r for r in logs.records[BAND_LOG] if r.offset > end + len(cut)]
+    assert {r.key for r in repair} == {key for key, _ in cut} and repair[-1].headers  # one closed repair call

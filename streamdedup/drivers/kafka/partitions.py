@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 _STORES_DIR = "partitions"  # under a worker's data directory
 APPLIED_KEY = "applied-offset"
 CHANGELOG_KEY = "changelog-offset"
+BAND_LAYOUT_KEY = "band-changelog"  # "members": a band store whose changelog carries member records
+_BAND_LAYOUT = b"members"
 _WRITE_BUFFER_BYTES = 8 * 1024 * 1024  # many stores share a worker's memory
 _REPLAY_COMMIT_RECORDS = 20_000  # records replayed per write batch
 
@@ -91,6 +93,14 @@ class PartitionStore:
         check_params(self.store, self.params, where=str(self.path))
         self.applied = _offset(self.store.get_meta(APPLIED_KEY))
         self.changelog = _offset(self.store.get_meta(CHANGELOG_KEY))
+        if self.stage == BandStage.name and self.store.get_meta(BAND_LAYOUT_KEY) != _BAND_LAYOUT:
+            if not self.empty:
+                self.store.close()
+                raise StateError(
+                    f"{self.path}: a band store written before band changelogs carried member records; this "
+                    "worker cannot continue it: start a new generation and switch to it (docs/generations.md)"
+                )
+            self.store.commit_raw(self.stage, self.partition, {}, {BAND_LAYOUT_KEY: _BAND_LAYOUT})
         # Set by recovery: the last input offset that records opening calls name, past the applied one: calls that
         # may have delivered were cut short. Their input is applied again one record per call (see :mod:`.worker`);
         # -1 when there is none.
