@@ -116,6 +116,13 @@ def read_outputs(path: Path) -> dict[str, Any]:
 # -- Running the commands ---------------------------------------------------------------------------------------
 
 
+def run_into(folder: Path, scratch: Path, outputs: Path) -> float:
+    """Run ``streamdedup run`` over ``folder`` (collection ``django``, state in ``scratch``) into ``outputs``."""
+    return command(
+        "run", str(folder), "--state", str(scratch / "state"), "--out", str(outputs), "--collection", "django"
+    )
+
+
 def command(*args: str) -> float:
     """Run a streamdedup command as a user would; return its wall time from launch to exit."""
     started = time.perf_counter()
@@ -283,16 +290,7 @@ def main() -> None:
         print(f"indexing {what}", flush=True)
 
         outputs = scratch / "outputs.jsonl"
-        run_seconds = command(
-            "run",
-            str(source),
-            "--state",
-            str(scratch / "state"),
-            "--out",
-            str(outputs),
-            "--collection",
-            "django",
-        )
+        run_seconds = run_into(source, scratch, outputs)
         engine = read_outputs(outputs)
         print(
             f"engine: {engine['documents']:,} documents, {engine['positions']:,} positions, "

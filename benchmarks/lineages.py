@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import save
-from benchmarks.index import DEFAULT_SOURCES, build_sample, command, common_pages, read_outputs
+from benchmarks.index import DEFAULT_SOURCES, build_sample, command, common_pages, read_outputs, run_into
 from benchmarks.retrieval import RELEASES, corpus
 
 RULES = {"django": ["{version}/{page...}"]}
@@ -94,16 +94,7 @@ def main() -> None:
         sample = scratch / "sample"
         build_sample(folder, pages, sample)
         outputs = scratch / "outputs.jsonl"
-        command(
-            "run",
-            str(sample),
-            "--state",
-            str(scratch / "state"),
-            "--out",
-            str(outputs),
-            "--collection",
-            "django",
-        )
+        run_into(sample, scratch, outputs)
         engine = read_outputs(outputs)
         canonical = engine["canonical_chunks"]
         print(f"{len(pages)} pages, both releases: {canonical:,} canonical chunks", flush=True)
