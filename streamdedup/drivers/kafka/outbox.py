@@ -13,7 +13,6 @@ from streamdedup.contract.codec import encode_output_value
 from streamdedup.core.messages import Message, Output
 from streamdedup.drivers.kafka.batches import encode_batches
 from streamdedup.drivers.kafka.changelog import headers as call_headers
-from streamdedup.drivers.kafka.changelog import opening
 from streamdedup.drivers.kafka.delivery import FaultPoints, Sends, TopicPartitions
 
 if TYPE_CHECKING:
@@ -63,14 +62,6 @@ class Outbox:
             key = output.key.encode("utf-8") if output.key is not None else None
             sends.add(topic, self._partitions.for_key(topic, key), key, encode_output_value(output))
         return outputs
-
-    async def _open_call(self, store: PartitionStore, last: int) -> None:
-        """Send the record that opens a call applying the input after the store's applied offset up to ``last``,
-        and wait for Kafka (:mod:`.changelog`)."""
-        sends = self._sends("changelog")
-        key, value, hdrs = opening(store.applied, last)
-        sends.add(self.names.changelog(store.stage), store.partition, key, value, hdrs)
-        await sends.send()
 
     async def _write_changelog(
         self, store: PartitionStore, changes: dict[str, bytes | None], applied: int
