@@ -145,7 +145,8 @@ class Settings(BaseSettings):
     lineage_rules: Annotated[dict[str, list[Any]], NoDecode] = Field(
         {},
         description="Lineage rules (docs/lineages.md): a JSON object mapping a collection to its rules, each a pattern "
-        'such as "django/{version}/{path...}" or {"pattern": ..., "order": "version" or "modified_at"}.',
+        'such as "django/{version}/{path...}" or {"pattern": ..., "order": "version" or "modified_at", "review": '
+        "true or false}.",
     )
     fault_source_id: str | None = Field(
         None, description="Testing only: the source stage raises on every event of this source_id."

@@ -258,6 +258,17 @@ class LineageRules:
                     return (*found, rule)
         return None
 
+    def members(self, source_ids: Iterable[str]) -> dict[str, tuple[dict[str, str], LineageRule]]:
+        """Group ``source_ids`` by the lineage :meth:`anywhere` gives each: per lineage, its members among them
+        (source id → version text, or the source id where the rule names no version) and its rule."""
+        grouped: dict[str, tuple[dict[str, str], LineageRule]] = {}
+        for source_id in source_ids:
+            found = self.anywhere(source_id)
+            if found is not None:
+                lineage, version, rule = found
+                grouped.setdefault(lineage, ({}, rule))[0][source_id] = version or source_id
+        return grouped
+
     @classmethod
     def parse(cls, value: Mapping[str, Sequence[object]]) -> LineageRules:
         """Build the rules from the setting's form: collection → [pattern, or {"pattern": ..., "order": ...}]."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from streamdedup.core.lineage import LineageRule, LineageRules, ordered_versions
+from streamdedup.core.lineage import LineageRules, ordered_versions
 from streamdedup.core.messages import Output
 from streamdedup.core.records import audit_value
 
@@ -48,23 +48,10 @@ class LineagePairs:
 
     def __init__(self, rules: LineageRules) -> None:
         self.rules = rules
-        self._found: dict[str, tuple[str, str, LineageRule] | None] = {}
-
-    def _members(self, source_ids: Iterable[str]) -> dict[str, tuple[dict[str, str], LineageRule]]:
-        """Each lineage the sources belong to: its members among them (source id → version) and its rule."""
-        members: dict[str, tuple[dict[str, str], LineageRule]] = {}
-        for source_id in source_ids:
-            if source_id not in self._found:
-                self._found[source_id] = self.rules.anywhere(source_id)
-            found = self._found[source_id]
-            if found is not None:
-                lineage, version, rule = found
-                members.setdefault(lineage, ({}, rule))[0][source_id] = version or source_id
-        return members
 
     def versions(self, a: Iterable[str], b: Iterable[str]) -> Versions | None:
         """Return the lineage whose members hold the texts of sources ``a`` and ``b``, none holding both, or None."""
-        mine, theirs = self._members(a), self._members(b)
+        mine, theirs = self.rules.members(a), self.rules.members(b)
         for lineage in sorted(mine.keys() & theirs.keys()):
             (held_a, rule), (held_b, _) = mine[lineage], theirs[lineage]
             if held_a.keys().isdisjoint(held_b.keys()):

@@ -138,16 +138,15 @@ def lineage_rows(lineages: LineageRules, a: Side, b: Side) -> tuple[LineageRow, 
 
     Outputs name no collection, so a source takes the first rule of any collection that matches it.
     """
-    found: dict[str, tuple[list[str], list[str]]] = {}
-    for which, side in enumerate((a, b)):
-        for source in side.sources:
-            membership = lineages.anywhere(source.source_id)
-            if membership is not None:
-                lineage, version, _ = membership
-                found.setdefault(lineage, ([], []))[which].append(version or source.source_id)
+    mine = lineages.members(s.source_id for s in a.sources)
+    theirs = lineages.members(s.source_id for s in b.sources)
     return tuple(
-        LineageRow(lineage, ordered_versions(held[0]), ordered_versions(held[1]))
-        for lineage, held in sorted(found.items())
+        LineageRow(
+            lineage,
+            ordered_versions(mine.get(lineage, ({}, None))[0].values()),
+            ordered_versions(theirs.get(lineage, ({}, None))[0].values()),
+        )
+        for lineage in sorted(mine.keys() | theirs.keys())
     )
 
 
