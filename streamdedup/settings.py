@@ -407,6 +407,7 @@ class Settings(BaseSettings):
                 boilerplate_allow=self.boilerplate_allow,
                 max_chunk_sources=self.max_chunk_sources,
                 max_candidates=self.max_candidates,
+                lineage_rules=json.dumps(self.lineage_rules) if self.lineage_rules else "",
             )
         except ConfigurationError:
             raise

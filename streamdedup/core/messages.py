@@ -30,6 +30,8 @@ __all__ = [
     "Info",
     "LineDecision",
     "LineUpdate",
+    "LineageMember",
+    "LineageStatus",
     "MemberReport",
     "Message",
     "NeighborUpdate",
@@ -314,6 +316,30 @@ class BoilerplateUpdate(msgspec.Struct, frozen=True, tag="boilerplate", tag_fiel
     lines: dict[str, str]  # line hash -> normalized line
 
 
+class LineageMember(msgspec.Struct, frozen=True, tag="lineage_member", tag_field="op"):
+    """Source → collection: ``source_id``, at ``version``, belongs to ``lineage`` of ``collection`` with ``order``
+    (its place there, :mod:`streamdedup.core.lineage`); ``order`` None: it does not any more (deleted, or moved to
+    another lineage or none)."""
+
+    collection: str
+    lineage: str
+    source_id: str
+    version: int
+    order: tuple[Any, ...] | None = None
+
+
+class LineageStatus(msgspec.Struct, frozen=True, tag="lineage_status", tag_field="op"):
+    """Collection → source: after change ``seq`` of ``lineage``, ``source_id`` at ``version`` is its newest live
+    member (``outdated_by`` empty) or outdated by the newest, ``outdated_by``."""
+
+    source_id: str
+    version: int
+    collection: str
+    lineage: str
+    seq: int
+    outdated_by: str = ""
+
+
 Message = (
     UpsertEvent
     | DeleteEvent
@@ -332,6 +358,8 @@ Message = (
     | DecisionEvent
     | PairDecision
     | LineDecision
+    | LineageMember
+    | LineageStatus
 )
 
 
@@ -365,6 +393,8 @@ _ROUTES: dict[type, tuple[str, str]] = {
     LineDecision: ("collection", "collection"),
     SourceStatuses: ("source", "source_id"),
     LineUpdate: ("collection", "collection"),
+    LineageMember: ("collection", "collection"),
+    LineageStatus: ("source", "source_id"),
     RefUpdate: ("content", "content_hash"),
     BandAck: ("content", "content_hash"),
     VerifyRequest: ("content", "content_hash"),

@@ -58,6 +58,9 @@ class SourceAttrs(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     metadata: dict[str, Any] | None = None
     # A reviewer's ``prefer`` decision: the source's copies win the canonical choice in their clusters.
     preferred: bool = False
+    # The source belongs to a lineage (docs/lineages.md) whose newest live member is another source, this one:
+    # its copies are outdated. Empty: the newest member, or in no lineage.
+    outdated_by: str = ""
 
 
 class UpsertEvent(msgspec.Struct, frozen=True, kw_only=True, tag="upsert", tag_field="op"):
@@ -144,7 +147,9 @@ InputEvent = UpsertEvent | DeleteEvent | AclEvent | DecisionEvent
 class Rank(msgspec.Struct, frozen=True, array_like=True):
     """The canonical-policy attributes of a content: those of its best source position.
 
-    ``preferred`` (a reviewer preferred its best source) comes before every criterion of the policy.
+    ``outdated`` (no source of the content is the newest member of its lineage) comes first: a current copy wins
+    over any outdated one. ``preferred`` (a reviewer preferred its best source) comes next, before every criterion
+    of the policy.
     """
 
     authority: int
@@ -153,6 +158,7 @@ class Rank(msgspec.Struct, frozen=True, array_like=True):
     source_id: str
     content_hash: str
     preferred: bool = False
+    outdated: bool = False
 
 
 def union_readers(acls: list[tuple[str, ...]] | tuple[tuple[str, ...], ...]) -> tuple[str, ...]:

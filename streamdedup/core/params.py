@@ -12,6 +12,7 @@ merge decisions made under one set are meaningless under another.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -46,9 +47,9 @@ def describe_mismatch(stored: dict[str, Any], wanted: dict[str, Any]) -> str | N
     if stored.get("format") != wanted["format"]:
         return f"format {stored.get('format')} (this version reads format {wanted['format']})"
     return ", ".join(
-        f"{name}={stored.get(name)!r} (settings say {wanted[name]!r})"
-        for name in sorted(wanted)
-        if stored.get(name) != wanted[name]
+        f"{name}={stored.get(name)!r} (settings say {wanted.get(name)!r})"
+        for name in sorted(set(wanted) | set(stored))
+        if stored.get(name) != wanted.get(name)
     )
 
 
@@ -87,6 +88,22 @@ def choose_bands(threshold: float, num_perm: int, min_recall: float) -> tuple[in
     return best[1], best[2]
 
 
+def _canonical_rules(text: str) -> str:
+    """Check lineage rules (JSON) and return them in one spelling: keys sorted, no spaces ('' for none)."""
+    if not text:
+        return ""
+    from streamdedup.core.lineage import LineageRules  # noqa: PLC0415 - it imports the model, which imports these
+
+    try:
+        rules = json.loads(text)
+    except ValueError as exc:
+        raise ConfigurationError(f"lineage_rules is not JSON: {exc}") from exc
+    if not isinstance(rules, dict):
+        raise ConfigurationError("lineage_rules is a JSON object: collection -> rules")
+    LineageRules.parse(rules)
+    return json.dumps(rules, sort_keys=True, separators=(",", ":"))
+
+
 @dataclass(frozen=True, slots=True)
 class EngineParams:
     """Parameters of the dedup engine (design §3); all have the design's defaults."""
@@ -107,6 +124,9 @@ class EngineParams:
     boilerplate_allow: tuple[str, ...] = ()
     max_chunk_sources: int = 100
     max_candidates: int = 100
+    #: Each collection's lineage rules (docs/lineages.md), as canonical JSON ('' for none): the source stage places
+    #: sources in lineages by them, and the chunks only an outdated member holds are outdated.
+    lineage_rules: str = ""
 
     def __post_init__(self) -> None:
         if self.shingle_size < 1:
@@ -139,6 +159,7 @@ class EngineParams:
             object.__setattr__(self, "rows", rows)
         elif self.bands * self.rows > self.num_perm:
             raise ConfigurationError("bands * rows must not exceed num_perm")
+        object.__setattr__(self, "lineage_rules", _canonical_rules(self.lineage_rules))
 
     @property
     def recall_at_threshold(self) -> float:
@@ -151,4 +172,6 @@ class EngineParams:
         data["canonical_policy"] = list(self.canonical_policy)
         data["boilerplate_allow"] = list(self.boilerplate_allow)
         data["format"] = STATE_FORMAT
+        if not self.lineage_rules:
+            del data["lineage_rules"]  # a state of a version before lineages records none, and means the same
         return data

@@ -46,8 +46,9 @@ class CanonicalPolicy:
             self.ref_order = _default_ref_order  # type: ignore[method-assign]
 
     def sort_key(self, rank: Rank) -> tuple[Any, ...]:
-        """Return a key under which the better rank sorts first (a reviewer's preference before every criterion)."""
-        return (not rank.preferred, *(get(rank) for get in self._getters), rank.content_hash)
+        """Return a key under which the better rank sorts first (a current copy before an outdated one, then a
+        reviewer's preference, before every criterion)."""
+        return (rank.outdated, not rank.preferred, *(get(rank) for get in self._getters), rank.content_hash)
 
     def better(self, a: Rank, b: Rank) -> bool:
         """Return whether ``a`` wins the canonical choice over ``b``."""
@@ -55,6 +56,8 @@ class CanonicalPolicy:
 
     def reason(self, winner: Rank, loser: Rank) -> str:
         """Name the first criterion that decides between two ranks."""
+        if winner.outdated != loser.outdated:
+            return "current version"
         if winner.preferred != loser.preferred:
             return "preferred by a reviewer"
         for criterion in self.criteria:
@@ -64,9 +67,16 @@ class CanonicalPolicy:
         return "lower content hash"
 
     def ref_order(self, source_id: str, position: int, attrs: SourceAttrs) -> tuple[Any, ...]:
-        """Return a key under which the preferred source position sorts first (then position, then source_id)."""
+        """Return a key under which the best source position sorts first: a current one, then a preferred one, then
+        the criteria, then position, then source_id."""
         ref = (source_id, position, attrs)
-        return (not attrs.preferred, *(get(ref) for get in self._ref_getters), position, source_id)
+        return (
+            attrs.outdated_by != "",
+            not attrs.preferred,
+            *(get(ref) for get in self._ref_getters),
+            position,
+            source_id,
+        )
 
     def best_ref(self, refs: Iterable[RefKey]) -> tuple[str, int, SourceAttrs]:
         """Return the source position whose attributes the policy prefers (position, then source_id, break ties)."""
@@ -80,11 +90,20 @@ class CanonicalPolicy:
     def rank_of(content_hash: str, length: int, best: RefKey) -> Rank:
         """Return the rank of a content whose best source position is ``best``."""
         source_id, _, attrs = best
-        return Rank(attrs.authority, attrs.modified_at, length, source_id, content_hash, attrs.preferred)
+        return Rank(
+            attrs.authority,
+            attrs.modified_at,
+            length,
+            source_id,
+            content_hash,
+            attrs.preferred,
+            attrs.outdated_by != "",
+        )
 
 
 def _default_sort_key(rank: Rank) -> tuple[Any, ...]:
     return (
+        rank.outdated,
         not rank.preferred,
         -rank.authority,
         -rank.modified_at,
@@ -95,7 +114,15 @@ def _default_sort_key(rank: Rank) -> tuple[Any, ...]:
 
 
 def _default_ref_order(source_id: str, position: int, attrs: SourceAttrs) -> tuple[Any, ...]:
-    return (not attrs.preferred, -attrs.authority, -attrs.modified_at, source_id, position, source_id)
+    return (
+        attrs.outdated_by != "",
+        not attrs.preferred,
+        -attrs.authority,
+        -attrs.modified_at,
+        source_id,
+        position,
+        source_id,
+    )
 
 
 _GETTERS: dict[str, Any] = {

@@ -88,7 +88,7 @@ def chunk_value(
         candidates.extend((r, h) for h in listed for r in members[h].refs)
         candidates.sort(key=lambda c: policy.ref_order(c[0].source_id, c[0].position, c[0].attrs))
     sources = [source_entry(r.source_id, r.position, h, r.attrs) for r, h in candidates[:max_sources]]
-    return {
+    value = {
         "schema": CHUNK_SCHEMA,
         "chunk_id": content_hash,
         "text": text,
@@ -100,6 +100,13 @@ def chunk_value(
         "sources": sources,
         "source_count": own_count + sum(report.count for report in members.values()),
     }
+    # Current unless no source of the cluster is the newest member of its lineage: the policy ranks a current
+    # position first, so the canonical's best position is outdated only then, and names the newest member.
+    outdated_by = candidates[0][0].attrs.outdated_by if candidates else ""
+    if outdated_by:
+        value["current"] = False
+        value["outdated_by"] = outdated_by
+    return value
 
 
 def _member_order(policy: CanonicalPolicy, report: MemberReport) -> tuple[Any, ...]:

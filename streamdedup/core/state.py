@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -28,6 +28,8 @@ __all__ = [
     "DecisionRecord",
     "LineMark",
     "LineRecord",
+    "LineageMemberRecord",
+    "LineageRecord",
     "MappingEntry",
     "NeighborEntry",
     "RefEntry",
@@ -126,6 +128,12 @@ class SourceRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     # Counts changes of the attributes that are not a new version (a preference): contents order updates by
     # (version, attrs_seq).
     attrs_seq: int = 0
+    # The lineage the source's live version joined (docs/lineages.md; '' for none), in lineage_collection, at
+    # lineage_version; the highest status number heard from it for that version (attrs.outdated_by is what it said).
+    lineage: str = ""
+    lineage_collection: str = ""
+    lineage_version: int = -1
+    lineage_seq: int = 0
 
 
 class DecisionRecord(msgspec.Struct, kw_only=True, array_like=True):
@@ -360,3 +368,19 @@ _ENCODER = msgspec.msgpack.Encoder()
 _STATUSES = msgspec.msgpack.Decoder(list[StatusEntry])
 _LINE_HASHES = msgspec.msgpack.Decoder(tuple[str, ...])
 _ADDED = msgspec.msgpack.Decoder(tuple[tuple[str, str], ...])
+
+
+class LineageMemberRecord(msgspec.Struct, array_like=True):
+    """A source's last version seen by its lineage, and its order key (None: it left)."""
+
+    version: int
+    order: Any = None
+
+
+class LineageRecord(msgspec.Struct, kw_only=True):
+    """State of one lineage: its members (live and left), the last change's number, what each member was told."""
+
+    members: dict[str, LineageMemberRecord] = msgspec.field(default_factory=dict)
+    seq: int = 0
+    #: What each live member was last told, at which of its versions: source id -> (version, outdated_by).
+    told: dict[str, tuple[int, str]] = msgspec.field(default_factory=dict)

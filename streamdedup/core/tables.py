@@ -20,6 +20,7 @@ from streamdedup.core.state import (
     ContentIds,
     ContentRecord,
     DecisionRecord,
+    LineageRecord,
     LineRecord,
     RefEntry,
     Retained,
@@ -92,6 +93,7 @@ R = TypeVar(
     ContentIds,
     DecisionRecord,
     Retained,
+    LineageRecord,
 )
 
 

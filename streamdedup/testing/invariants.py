@@ -1,4 +1,5 @@
-"""Checks of invariants I1, I2, I3 and I6 (design §5) on a materialized view against the live sources.
+"""Checks of invariants I1, I2, I3 and I6 (design §5) on a materialized view against the live sources, and of the
+lineage rule (docs/lineages.md): a chunk is current exactly when a newest live member of a lineage holds it.
 
 A mapping (``mapping/v2``) also says who reads its source and how to cite it: its ``acl`` must be the source's
 readers (I2: the query side filters citations by it) and its ``uri``, ``title`` and ``modified_at`` the source's
@@ -71,7 +72,26 @@ def check_invariants(
             )
         )
         problems.extend(_check_counts(chunk_id, chunk, mapped.get(chunk_id, [])))
+        problems.extend(_check_current(chunk_id, chunk, sources, mapped.get(chunk_id, [])))
     return problems
+
+
+def _check_current(
+    chunk_id: str, chunk: dict[str, Any], sources: dict[str, LiveSource], refs: list[tuple[str, int, str]]
+) -> list[str]:
+    """The lineage rule: a chunk is current exactly when a source that is the newest live member of its lineage
+    (or in no lineage) holds it; an outdated one names the newest member of a lineage of a source that holds it."""
+    where = f"chunk {chunk_id[:12]}"
+    holders = [sources[s] for s, _, _ in refs if s in sources]
+    current = any(not source.attrs.outdated_by for source in holders)
+    if chunk.get("current", True) != current:
+        said = "current" if chunk.get("current", True) else "outdated"
+        return [f"lineages: {where} says it is {said}, but it is not ({len(holders)} holders)"]
+    if not current and chunk.get("outdated_by") not in {source.attrs.outdated_by for source in holders}:
+        return [
+            f"lineages: {where} is outdated by {chunk.get('outdated_by')!r}, the newest of no holder's lineage"
+        ]
+    return []
 
 
 def _check_mappings(

@@ -8,7 +8,9 @@ interleaving, with this one.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,6 +20,7 @@ import msgspec
 from streamdedup.core.clustering import decide
 from streamdedup.core.engine import Engine
 from streamdedup.core.facts import fact_conflict
+from streamdedup.core.lineage import LineageRules
 from streamdedup.core.messages import Info, MemberReport, SourceRef
 from streamdedup.core.model import (
     AclEvent,
@@ -26,6 +29,7 @@ from streamdedup.core.model import (
     InputEvent,
     Rank,
     SourceAttrs,
+    format_timestamp,
     union_readers,
 )
 from streamdedup.core.normalize import normalize
@@ -35,7 +39,14 @@ from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.core.stages.source_chunks import document_chunks
 from streamdedup.core.state import MappingEntry, SourceRecord, source_texts
 
-__all__ = ["LiveSource", "Reference", "decisions_in_force", "live_sources", "live_sources_in_store"]
+__all__ = [
+    "LiveSource",
+    "Reference",
+    "decisions_in_force",
+    "elect_lineages",
+    "live_sources",
+    "live_sources_in_store",
+]
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,7 @@ class LiveSource:
     attrs: SourceAttrs
     texts: tuple[str, ...]
     norms: tuple[str, ...]
+    collection: str = "default"
 
     @property
     def hashes(self) -> list[str]:
@@ -57,7 +69,9 @@ class LiveSource:
 def live_sources(events: Iterable[InputEvent], params: EngineParams | None = None) -> dict[str, LiveSource]:
     """Apply the version rules of the contract and return the live sources (chunked without boilerplate).
 
-    A reviewer's ``prefer``/``unprefer`` decision (the newest about a source) sets its attributes' ``preferred``.
+    A reviewer's ``prefer``/``unprefer`` decision (the newest about a source) sets its attributes' ``preferred``;
+    the lineage rules of ``params`` set ``outdated_by`` of every live source that is not its lineage's newest live
+    member (:func:`elect_lineages`).
     """
     params = params or EngineParams()
     versions: dict[str, int] = {}
@@ -72,7 +86,7 @@ def live_sources(events: Iterable[InputEvent], params: EngineParams | None = Non
             current = live.get(source_id)
             if current is not None:
                 attrs = msgspec.structs.replace(current.attrs, preferred=event.kind == "prefer")
-                live[source_id] = LiveSource(source_id, current.version, attrs, current.texts, current.norms)
+                live[source_id] = dataclasses.replace(current, attrs=attrs)
             continue
         if event.version <= versions.get(event.source_id, -1):
             continue
@@ -84,7 +98,7 @@ def live_sources(events: Iterable[InputEvent], params: EngineParams | None = Non
             if current is not None:
                 attrs = msgspec.structs.replace(current.attrs, acl=event.acl)  # keeps ``preferred``
                 live[event.source_id] = LiveSource(
-                    event.source_id, event.version, attrs, current.texts, current.norms
+                    event.source_id, event.version, attrs, current.texts, current.norms, current.collection
                 )
         else:
             chunks = document_chunks(event, params)
@@ -97,8 +111,36 @@ def live_sources(events: Iterable[InputEvent], params: EngineParams | None = Non
                 attrs,
                 tuple(c.original for c in chunks),
                 tuple(normalize(c.plain) for c in chunks),
+                event.collection,
             )
-    return live
+    return elect_lineages(live, params)
+
+
+def elect_lineages(live: dict[str, LiveSource], params: EngineParams) -> dict[str, LiveSource]:
+    """Return ``live`` with each source's ``outdated_by``: empty for the newest live member of its lineage (the
+    highest order key, then the highest source id) and for a source in no lineage, else that newest member."""
+    if not params.lineage_rules:
+        return live
+    rules = LineageRules.parse(json.loads(params.lineage_rules))
+    lineages: dict[tuple[str, str], list[tuple[Any, str]]] = {}
+    for source in live.values():
+        found = rules.of(source.collection, source.source_id, format_timestamp(source.attrs.modified_at))
+        if found is not None:
+            lineages.setdefault((source.collection, found.lineage), []).append(
+                (found.order, source.source_id)
+            )
+    newest = {source_id: max(members)[1] for members in lineages.values() for _, source_id in members}
+    return {
+        source_id: dataclasses.replace(
+            source,
+            attrs=msgspec.structs.replace(source.attrs, outdated_by=_other(newest.get(source_id), source_id)),
+        )
+        for source_id, source in live.items()
+    }
+
+
+def _other(newest: str | None, source_id: str) -> str:
+    return "" if newest is None or newest == source_id else newest
 
 
 def decisions_in_force(events: Iterable[InputEvent]) -> dict[tuple[str, str], str]:

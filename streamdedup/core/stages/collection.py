@@ -1,4 +1,5 @@
-"""Stage ``collection``, keyed by collection: which normalized lines are boilerplate there (design §3).
+"""Stage ``collection``, keyed by collection: which normalized lines are boilerplate there (design §3), and which
+member of each lineage of the collection is the newest (:mod:`.lineages`).
 
 Sources report the lines each version adds and removes. The stage counts, per collection, the documents and the
 documents containing each line; once a collection has ``boilerplate_min_docs`` documents, a line found in at
@@ -23,8 +24,16 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from streamdedup.core import kernels
-from streamdedup.core.messages import BoilerplateUpdate, LineDecision, LineUpdate, Message, Output
+from streamdedup.core.messages import (
+    BoilerplateUpdate,
+    LineageMember,
+    LineDecision,
+    LineUpdate,
+    Message,
+    Output,
+)
 from streamdedup.core.normalize import normalize
+from streamdedup.core.stages.lineages import elect
 from streamdedup.core.state import CollectionMember, CollectionRecord, LineMark, LineRecord, unpack_added
 from streamdedup.core.tables import PartitionState, Table, reader, write_all
 
@@ -71,7 +80,17 @@ class CollectionStage:
         self._allow = {normalize(line) for line in context.params.boilerplate_allow}
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
-        """Apply a batch of line updates and decisions for one partition; announce changed boilerplate lists."""
+        """Apply a batch of line updates, decisions and lineage memberships for one partition; announce changed
+        boilerplate lists and lineage statuses."""
+        members = [m for m in messages if isinstance(m, LineageMember)]
+        if not members:
+            return self._count(messages, state)
+        out = self._count([m for m in messages if not isinstance(m, LineageMember)], state)
+        out.extend(elect(members, state))
+        return out
+
+    def _count(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
+        """Apply line updates and decisions; return the changed boilerplate lists."""
         collections = Table(state, CollectionRecord)
         named = [m.collection for m in messages if isinstance(m, (LineDecision, LineUpdate))]
         collections.prefetch([collection_key(c) for c in dict.fromkeys(named)])

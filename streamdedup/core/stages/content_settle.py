@@ -177,8 +177,16 @@ class Settlement:
         else:
             old, new = entry.attrs, after.attrs
             reason = self._policy.reason(
-                Rank(new.authority, new.modified_at, 0, after.source_id, "", new.preferred),
-                Rank(old.authority, old.modified_at, 0, before[0], "", old.preferred),
+                Rank(
+                    new.authority,
+                    new.modified_at,
+                    0,
+                    after.source_id,
+                    "",
+                    new.preferred,
+                    bool(new.outdated_by),
+                ),
+                Rank(old.authority, old.modified_at, 0, before[0], "", old.preferred, bool(old.outdated_by)),
             )
         moved = {"source_id": after.source_id, "position": after.position}
         return Output("audit", key, audit_value(key, "swap", reason, canonical=moved))

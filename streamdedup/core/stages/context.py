@@ -3,8 +3,10 @@ it reports beyond its results."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 
+from streamdedup.core.lineage import LineageRules
 from streamdedup.core.params import EngineParams
 from streamdedup.core.policy import CanonicalPolicy
 from streamdedup.core.signatures import SignatureScheme
@@ -26,6 +28,8 @@ class StageContext:
     #: Whether the band stage also keeps its buckets by member (:mod:`.bands`): what a Kafka worker's changelog
     #: holds instead of the buckets themselves.
     band_members: bool = False
+    #: The lineage rules of the parameters (``params.lineage_rules``).
+    lineages: LineageRules = field(default_factory=LineageRules)
 
     @classmethod
     def of(
@@ -38,4 +42,5 @@ class StageContext:
             SignatureScheme(params.num_perm, params.seed, params.shingle_size),
             audit_exact_copies,
             band_members,
+            LineageRules.parse(json.loads(params.lineage_rules)) if params.lineage_rules else LineageRules(),
         )

@@ -13,9 +13,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from streamdedup.core.lineage import Membership
 from streamdedup.core.markup import blocks, has_markup
 from streamdedup.core.messages import (
     BoilerplateUpdate,
+    LineageMember,
+    LineageStatus,
     LineDecision,
     LineUpdate,
     Message,
@@ -26,7 +29,7 @@ from streamdedup.core.messages import (
     SourceRefs,
     SourceStatuses,
 )
-from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, UpsertEvent
+from streamdedup.core.model import AclEvent, DecisionEvent, DeleteEvent, UpsertEvent, format_timestamp
 from streamdedup.core.records import audit_value, decision_audit_value, review_key
 from streamdedup.core.retained import decision_key, source_key
 from streamdedup.core.stages.source_chunks import document_chunks, line_keeper, line_update, plain_chunks
@@ -47,7 +50,7 @@ __all__ = ["SourceStage"]
 
 _SNAPSHOT_PREFIX = "\x00boilerplate\x00"
 # What the stage applies to a source, after the status lists that arrived for it before.
-_APPLIED = (DecisionEvent, UpsertEvent, DeleteEvent, AclEvent)
+_APPLIED = (DecisionEvent, UpsertEvent, DeleteEvent, AclEvent, LineageStatus)
 
 
 class SourceStage:
@@ -58,11 +61,12 @@ class SourceStage:
     def __init__(self, context: StageContext) -> None:
         self._params = context.params
         self._audit_exact = context.audit_exact_copies
+        self._lineages = context.lineages
 
     def handle(self, messages: Sequence[Message], state: PartitionState) -> list[Message | Output]:
         """Apply a batch of input events, content statuses and boilerplate lists for one partition."""
         table = Table(state, SourceRecord)
-        keyed = (UpsertEvent, DeleteEvent, AclEvent, SourceStatuses)
+        keyed = (UpsertEvent, DeleteEvent, AclEvent, SourceStatuses, LineageStatus)
         table.prefetch(
             list(
                 dict.fromkeys(
@@ -102,6 +106,8 @@ class SourceStage:
             self._take_statuses(table, message.source_id, arrived.pop(message.source_id, []))
             if isinstance(message, DecisionEvent):
                 applied = self._apply_preference(table, kept, message, out)
+            elif isinstance(message, LineageStatus):
+                applied = _apply_lineage_status(table, message, out)
             else:
                 applied = self._apply_event(table, snapshots, kept, message, out)
             if applied:
@@ -233,6 +239,10 @@ class SourceStage:
             )
         if record.mapped_version >= 0:
             out.append(Output("source-mappings", event.source_id, None))
+        if record.lineage and not record.deleted:
+            out.append(
+                LineageMember(record.lineage_collection, record.lineage, event.source_id, event.version)
+            )
         table.put(
             event.source_id,
             SourceRecord(
@@ -286,15 +296,43 @@ class SourceStage:
             originals, plains = [c.original for c in chunks], [c.plain for c in chunks]
             parsed = None if found is None else [block.plain for block in found]
         self._report_lines(record, event, out, parsed)
+        outdated_by = self._join_lineage(record, event, out)
         record.version, record.deleted = event.version, False
         attrs = event.attrs
-        if record.preferred:
-            attrs = msgspec.structs.replace(attrs, preferred=True)
+        if record.preferred or outdated_by:
+            attrs = msgspec.structs.replace(attrs, preferred=record.preferred, outdated_by=outdated_by)
         record.attrs, record.collection = attrs, event.collection
         record.chunks, refs = source_refs(plains, originals, record.chunks)
         table.mark(event.source_id)
         if refs:
             out.append(SourceRefs(event.source_id, record.version, record.attrs_seq, record.attrs, refs))
+
+    def _join_lineage(self, record: SourceRecord, event: UpsertEvent, out: list[Message | Output]) -> str:
+        """Tell the lineages the source leaves and joins with this version; return the status its new version
+        starts with (what the previous one was told, in the same lineage; else current until told)."""
+        membership: Membership | None = None
+        if self._lineages:
+            membership = self._lineages.of(
+                event.collection, event.source_id, format_timestamp(event.attrs.modified_at)
+            )
+        held = (record.lineage_collection, record.lineage) if record.lineage and not record.deleted else None
+        joined = (event.collection, membership.lineage) if membership is not None else None
+        if held is not None and held != joined:
+            out.append(LineageMember(held[0], held[1], event.source_id, event.version))
+        if joined is None or membership is None:
+            record.lineage, record.lineage_collection, record.lineage_version, record.lineage_seq = (
+                "",
+                "",
+                -1,
+                0,
+            )
+            return ""
+        out.append(LineageMember(joined[0], joined[1], event.source_id, event.version, membership.order))
+        outdated_by = record.attrs.outdated_by if held == joined and record.attrs is not None else ""
+        if held != joined:
+            record.lineage_collection, record.lineage, record.lineage_seq = joined[0], joined[1], 0
+        record.lineage_version = event.version
+        return outdated_by
 
     def _report_lines(
         self,
@@ -364,6 +402,28 @@ class SourceStage:
         record.mapped, record.mapped_version = mapped, record.version
         table.mark(source_id)
         out.append(Output("source-mappings", source_id, msgspec.Raw(value)))
+
+
+def _apply_lineage_status(
+    table: Table[SourceRecord], status: LineageStatus, out: list[Message | Output]
+) -> bool:
+    """Take a lineage's status about the version the source joined it with, if it is the newest heard; return
+    whether the source's contents must hear its new attributes (current, or outdated by another member)."""
+    record = table.get(status.source_id)
+    if record is None or record.deleted or record.attrs is None:
+        return False
+    joined = (record.lineage_collection, record.lineage, record.lineage_version)
+    if joined != (status.collection, status.lineage, status.version) or status.seq <= record.lineage_seq:
+        return False
+    record.lineage_seq = status.seq
+    table.mark(status.source_id)
+    if record.attrs.outdated_by == status.outdated_by:
+        return False
+    record.attrs = msgspec.structs.replace(record.attrs, outdated_by=status.outdated_by)
+    record.attrs_seq += 1
+    for content_hash, positions in sorted(positions_by_content(record.chunks).items()):
+        out.append(_attrs_update(content_hash, status.source_id, record, positions))
+    return True
 
 
 def _retain_acl(kept: Table[Retained], key: str, event: AclEvent) -> None:
