@@ -16,7 +16,20 @@ from streamdedup.core.model import (
 )
 from streamdedup.core.normalize import content_hash
 
-__all__ = ["ACLS", "ParagraphPool", "pair_decision", "preference", "random_feed", "with_decisions"]
+__all__ = [
+    "ACLS",
+    "LINEAGE_RULES",
+    "ParagraphPool",
+    "lineage_feed",
+    "pair_decision",
+    "preference",
+    "random_feed",
+    "with_decisions",
+]
+
+#: Lineage rules (JSON) for :func:`lineage_feed`: the versions of a guide are one lineage per collection, so a
+#: source that moves to the other collection moves to another lineage.
+LINEAGE_RULES = '{"default": ["guide/{name}/v{version}"], "archive": ["guide/{name}/v{version}"]}'
 
 _VOCABULARY = (
     "account settings page security option button link email address request policy team member review "
@@ -86,6 +99,40 @@ def random_feed(
                 title=f"{source_id} v{version}" if version % 2 else None,
             )
             feed.append(UpsertEvent(source_id=source_id, version=version, attrs=attrs, chunks=chunks))
+    return feed
+
+
+def lineage_feed(
+    rng: random.Random, *, events: int = 30, pool: ParagraphPool | None = None
+) -> list[InputEvent]:
+    """Return a feed over the versions of two guides (:data:`LINEAGE_RULES`) and a source in no lineage: members
+    arrive in any order, the newest is deleted and comes back, members move to the other collection's lineage;
+    with replays, stale versions and ACL changes as in :func:`random_feed`."""
+    pool = pool or ParagraphPool(rng)
+    names = [f"guide/{g}/v{v}" for g in ("a", "b") for v in ("1", "2", "2-final", "10")] + ["notes/n1"]
+    versions: dict[str, int] = {}
+    feed: list[InputEvent] = []
+    for _ in range(events):
+        source_id = rng.choice(names)
+        roll = rng.random()
+        if feed and roll < 0.1:
+            feed.append(rng.choice(feed))
+            continue
+        version = versions.get(source_id, 0) + rng.randint(1, 2)
+        versions[source_id] = version
+        if roll < 0.25:
+            feed.append(DeleteEvent(source_id=source_id, version=version))
+        elif roll < 0.35:
+            feed.append(AclEvent(source_id=source_id, version=version, acl=rng.choice(ACLS)))
+        else:
+            chunks = tuple(rng.choice(pool.texts) for _ in range(rng.randint(1, 3)))
+            attrs = SourceAttrs(acl=rng.choice(ACLS), modified_at=rng.randint(1, 5) * 86_400_000_000)
+            collection = "archive" if rng.random() < 0.2 else "default"
+            feed.append(
+                UpsertEvent(
+                    source_id=source_id, version=version, attrs=attrs, chunks=chunks, collection=collection
+                )
+            )
     return feed
 
 

@@ -1,4 +1,6 @@
-"""A Hypothesis state machine over upsert, delete, acl, reviewers' decisions, replay and re-order events.
+"""A Hypothesis state machine over upsert, delete, acl, reviewers' decisions, replay and re-order events, and with
+lineages: members of one document's lineage upserted in any order, the newest deleted, a member moved to another
+lineage.
 
 After every step the engine's view must satisfy I1-I3 and I6 for the live sources of a simple reference model
 (the contract's version rules), equal the reference model's view, and I4 must hold: replaying any earlier event,
@@ -26,7 +28,7 @@ from streamdedup.core.params import EngineParams
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.store.memory import MemoryStore
 from streamdedup.testing.invariants import check_invariants
-from streamdedup.testing.random_feeds import ACLS, ParagraphPool, pair_decision, preference
+from streamdedup.testing.random_feeds import ACLS, LINEAGE_RULES, ParagraphPool, pair_decision, preference
 from streamdedup.testing.reference import Reference, decisions_in_force, live_sources
 
 ENGINE = Engine(EngineParams())
@@ -144,7 +146,7 @@ class DedupMachine(RuleBasedStateMachine):
     def view_is_sound_and_equals_the_reference(self):
         if not hasattr(self, "view"):
             return
-        live, decisions = live_sources(self.events), decisions_in_force(self.events)
+        live, decisions = live_sources(self.events, self.engine.params), decisions_in_force(self.events)
         assert check_invariants(self.view, live, threshold=0.8, shingle_size=5, decisions=decisions) == []
         assert self.view.compacted(with_revision=False) == Reference(self.engine, live, decisions).compacted()
         assert self.runner.counters.chunks == len(self.view.chunks)
@@ -162,3 +164,43 @@ class BoundedRecordsMachine(DedupMachine):
 
 TestBoundedRecordsMachine = BoundedRecordsMachine.TestCase
 TestBoundedRecordsMachine.settings = settings(max_examples=300, stateful_step_count=25, deadline=None)
+
+
+MEMBERS = st.sampled_from([f"guide/a/v{v}" for v in ("1", "2", "2-final", "10")] + ["guide/b/v3"])
+
+
+class LineageMachine(DedupMachine):
+    """The same rules, and members of lineages (:data:`LINEAGE_RULES`): after every step a chunk is current exactly
+    when a newest live member of a lineage (or a source in none) holds it, as the reference elects it."""
+
+    engine = Engine(EngineParams(lineage_rules=LINEAGE_RULES))
+
+    @rule(
+        source=MEMBERS,
+        step=st.integers(1, 2),
+        chunks=st.lists(st.sampled_from(POOL), min_size=1, max_size=3),
+        archive=st.booleans(),
+        day=st.integers(1, 5),
+    )
+    def upsert_member(self, source, step, chunks, archive, day):
+        # In the archive collection the same rule names another lineage: the member moves there and back.
+        attrs = SourceAttrs(acl=("*",), modified_at=day * DAY)
+        version = self._next_version(source, step)
+        collection = "archive" if archive else "default"
+        event = UpsertEvent(
+            source_id=source, version=version, attrs=attrs, chunks=tuple(chunks), collection=collection
+        )
+        self._apply(event)
+
+    @rule(source=MEMBERS)
+    def delete_member(self, source):
+        self._apply(DeleteEvent(source_id=source, version=self._next_version(source, 1)))
+
+    @rule(source=MEMBERS, prefer=st.booleans())
+    def prefer_member(self, source, prefer):
+        self.decision_versions[source] = self.decision_versions.get(source, 0) + 1
+        self._apply(preference(source, self.decision_versions[source], prefer=prefer))
+
+
+TestLineageMachine = LineageMachine.TestCase
+TestLineageMachine.settings = settings(max_examples=300, stateful_step_count=25, deadline=None)
