@@ -11,8 +11,10 @@ from typer.testing import CliRunner
 
 from streamdedup.cli.main import app
 from streamdedup.contract.codec import encode_event, encode_output_line
+from streamdedup.core.engine import Engine
 from streamdedup.core.messages import Output
 from streamdedup.core.model import AclEvent, DeleteEvent
+from streamdedup.core.params import EngineParams
 from streamdedup.drivers.embedded import EmbeddedRunner
 from streamdedup.review.decisions import decision_event, parse_decision
 from streamdedup.store.memory import MemoryStore
@@ -131,3 +133,20 @@ def test_decisions_and_their_audit_records_match_their_schemas(engine):
         {k: v for k, v in events[3].items() if k != "by"},
     ):
         assert not decision.is_valid(broken), broken
+
+
+def test_an_outdated_chunk_matches_the_chunk_schema():
+    # Two versions of one document (docs/lineages.md): the text only the older holds is outdated by the newer.
+    engine = Engine(EngineParams(lineage_rules='{"default": ["guide/v{version}"]}'))
+    feed = [upsert("guide/v1", 1, ["the old wording of the guide"]), upsert("guide/v2", 1, ["the new one"])]
+    view = run_embedded(engine, feed)
+    chunk = validator("chunk.v2.schema.json")
+    (old,) = [v for v in view.chunks.values() if v.get("current") is False]
+    assert old["outdated_by"] == "guide/v2" and chunk.is_valid(old)
+    assert all(chunk.is_valid(v) for v in view.chunks.values())
+    for broken in (
+        {k: v for k, v in old.items() if k != "outdated_by"},
+        {**old, "current": True},
+        {k: v for k, v in old.items() if k != "current"},
+    ):
+        assert not chunk.is_valid(broken)
