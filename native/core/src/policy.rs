@@ -115,6 +115,7 @@ pub fn rank_of(content_hash: &str, length: i64, source_id: &str, attrs: &SourceA
         source_id: source_id.to_owned(),
         content_hash: content_hash.to_owned(),
         preferred: attrs.preferred,
+        outdated: !attrs.outdated_by.is_empty(),
     }
 }
 

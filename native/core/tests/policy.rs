@@ -22,6 +22,7 @@ fn rank(authority: i64, modified_at: i64, length: i64, source_id: &str, h: &str)
         source_id: source_id.into(),
         content_hash: h.into(),
         preferred: false,
+        outdated: false,
     }
 }
 
@@ -85,6 +86,7 @@ fn source_positions_sort_by_the_criteria_but_length_then_position() {
         title: None,
         metadata: None,
         preferred: false,
+        outdated_by: String::new(),
     };
     let (high, low) = (attrs(2, 0), attrs(1, 5));
     assert_eq!(

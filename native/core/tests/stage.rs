@@ -260,6 +260,7 @@ fn attrs() -> Rc<SourceAttrs> {
         title: None,
         metadata: None,
         preferred: false,
+        outdated_by: String::new(),
     })
 }
 
