@@ -50,11 +50,12 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// How rank ``a`` sorts against ``b`` (`CanonicalPolicy.sort_key`): a reviewer's preference, the criteria, then
-    /// the content hash.
+    /// How rank ``a`` sorts against ``b`` (`CanonicalPolicy.sort_key`): a current copy before an outdated one, a
+    /// reviewer's preference, the criteria, then the content hash.
     pub fn compare(&self, a: &Rank, b: &Rank) -> Ordering {
-        b.preferred
-            .cmp(&a.preferred)
+        a.outdated
+            .cmp(&b.outdated)
+            .then_with(|| b.preferred.cmp(&a.preferred))
             .then_with(|| {
                 self.criteria
                     .iter()
@@ -71,6 +72,9 @@ impl Policy {
 
     /// The first criterion that decides between two ranks.
     pub fn reason(&self, winner: &Rank, loser: &Rank) -> &'static str {
+        if winner.outdated != loser.outdated {
+            return "current version";
+        }
         if winner.preferred != loser.preferred {
             return "preferred by a reviewer";
         }
@@ -80,15 +84,16 @@ impl Policy {
             .map_or("lower content hash", |c| c.reason())
     }
 
-    /// How source position ``a`` sorts against ``b`` (`CanonicalPolicy.ref_order`): a preferred source first,
-    /// the criteria but length, then position, then source_id.
+    /// How source position ``a`` sorts against ``b`` (`CanonicalPolicy.ref_order`): a current source first, then
+    /// a preferred one, the criteria but length, then position, then source_id.
     pub fn compare_refs(
         &self,
         a: (&str, i64, &SourceAttrs),
         b: (&str, i64, &SourceAttrs),
     ) -> Ordering {
-        b.2.preferred
-            .cmp(&a.2.preferred)
+        (!a.2.outdated_by.is_empty())
+            .cmp(&!b.2.outdated_by.is_empty())
+            .then_with(|| b.2.preferred.cmp(&a.2.preferred))
             .then_with(|| {
                 self.criteria
                     .iter()
@@ -115,6 +120,7 @@ pub fn rank_of(content_hash: &str, length: i64, source_id: &str, attrs: &SourceA
         source_id: source_id.to_owned(),
         content_hash: content_hash.to_owned(),
         preferred: attrs.preferred,
+        outdated: !attrs.outdated_by.is_empty(),
     }
 }
 

@@ -18,6 +18,7 @@ fn attrs() -> Rc<SourceAttrs> {
         title: None,
         metadata: Some(Value::Map(vec![(Value::Str("k".into()), Value::Int(1))])),
         preferred: true,
+        outdated_by: "policies/a-v2".into(),
     })
 }
 
@@ -29,6 +30,7 @@ fn rank(h: &str) -> Rank {
         source_id: "s".into(),
         content_hash: h.into(),
         preferred: false,
+        outdated: true,
     }
 }
 
@@ -196,7 +198,8 @@ fn source_attrs_encode_their_fields_in_order_without_defaults() {
             "authority",
             "uri",
             "metadata",
-            "preferred"
+            "preferred",
+            "outdated_by"
         ]
     );
     let all: Vec<&str> = SourceAttrs::FIELDS.to_vec();
@@ -209,7 +212,8 @@ fn source_attrs_encode_their_fields_in_order_without_defaults() {
             "uri",
             "title",
             "metadata",
-            "preferred"
+            "preferred",
+            "outdated_by"
         ]
     );
     assert_eq!(
@@ -293,19 +297,35 @@ fn shorter_and_longer_array_structs_read_as_msgspec_reads_them() {
         (found.seq, found.role, found.rank, found.target.as_str()),
         (3, Role::Dead, None, "")
     );
-    // A rank with a seventh field: ignored.
+    // A rank of six fields (written before `outdated`): current.
     let data = with(|w| {
-        w.array(7);
+        w.array(6);
         for v in [1, 2, 3] {
             w.int(v);
         }
         w.str("s");
         w.str("h");
         w.boolean(true);
+    });
+    let mut r = Reader::new(&data);
+    let found = Rank::decode(&mut r).unwrap();
+    assert!(found.preferred && !found.outdated);
+    assert!(r.finished());
+    // A rank of seven fields, the seventh `outdated`; an eighth field is ignored.
+    let data = with(|w| {
+        w.array(8);
+        for v in [1, 2, 3] {
+            w.int(v);
+        }
+        w.str("s");
+        w.str("h");
+        w.boolean(false);
+        w.boolean(true);
         w.str("later");
     });
     let mut r = Reader::new(&data);
-    assert!(Rank::decode(&mut r).unwrap().preferred);
+    let found = Rank::decode(&mut r).unwrap();
+    assert!(!found.preferred && found.outdated);
     assert!(r.finished());
     // A rank of four fields lacks a required one.
     let data = with(|w| {

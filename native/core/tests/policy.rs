@@ -22,6 +22,7 @@ fn rank(authority: i64, modified_at: i64, length: i64, source_id: &str, h: &str)
         source_id: source_id.into(),
         content_hash: h.into(),
         preferred: false,
+        outdated: false,
     }
 }
 
@@ -85,6 +86,7 @@ fn source_positions_sort_by_the_criteria_but_length_then_position() {
         title: None,
         metadata: None,
         preferred: false,
+        outdated_by: String::new(),
     };
     let (high, low) = (attrs(2, 0), attrs(1, 5));
     assert_eq!(
@@ -101,6 +103,52 @@ fn source_positions_sort_by_the_criteria_but_length_then_position() {
     );
     let r = rank_of("h", 7, "doc", &high);
     assert_eq!((r.authority, r.length, r.source_id.as_str()), (2, 7, "doc"));
+}
+
+#[test]
+fn a_current_copy_ranks_before_an_outdated_one_even_a_preferred_one() {
+    let p = policy();
+    let current = rank(0, 0, 0, "z", "h9");
+    let mut outdated = rank(5, 99, 50, "a", "h0");
+    outdated.preferred = true;
+    outdated.outdated = true;
+    assert!(p.better(&current, &outdated), "current before preferred");
+    assert_eq!(p.compare(&outdated, &current), Ordering::Greater);
+    assert_eq!(p.reason(&current, &outdated), "current version");
+    // Between two outdated ranks, the preference and the criteria decide as before.
+    let mut other = rank(9, 0, 0, "z", "h9");
+    other.outdated = true;
+    assert!(p.better(&outdated, &other));
+    assert_eq!(p.reason(&outdated, &other), "preferred by a reviewer");
+    other.preferred = true;
+    assert_eq!(p.reason(&other, &outdated), "higher authority");
+}
+
+#[test]
+fn a_current_source_position_sorts_first_and_an_outdated_one_ranks_outdated() {
+    let p = policy();
+    let attrs = |preferred, outdated_by: &str| SourceAttrs {
+        acl: vec![],
+        modified_at: 0,
+        authority: if outdated_by.is_empty() { 0 } else { 9 },
+        uri: None,
+        title: None,
+        metadata: None,
+        preferred,
+        outdated_by: outdated_by.into(),
+    };
+    let (current, outdated) = (attrs(false, ""), attrs(true, "policy-v3"));
+    assert_eq!(
+        p.compare_refs(("b", 9, &current), ("a", 0, &outdated)),
+        Ordering::Less
+    );
+    assert_eq!(
+        p.compare_refs(("a", 0, &outdated), ("b", 9, &current)),
+        Ordering::Greater
+    );
+    assert!(!rank_of("h", 1, "b", &current).outdated);
+    let r = rank_of("h", 1, "a", &outdated);
+    assert!(r.outdated && r.preferred);
 }
 
 #[test]

@@ -260,6 +260,7 @@ fn attrs() -> Rc<SourceAttrs> {
         title: None,
         metadata: None,
         preferred: false,
+        outdated_by: String::new(),
     })
 }
 
@@ -462,4 +463,37 @@ fn a_malformed_record_is_the_hosts_error() {
     .err()
     .unwrap();
     assert!(err.starts_with("malformed content record at"), "{err}");
+}
+
+#[test]
+fn a_chunk_only_outdated_sources_hold_says_so() {
+    let mut host = host();
+    let h = hash(3);
+    let In::Ref(mut update) = upsert(&h, "travel-v1", 1, vec![0]) else {
+        unreachable!()
+    };
+    update.attrs = Some(Rc::new(SourceAttrs {
+        outdated_by: "travel-v2".into(),
+        ..(*attrs()).clone()
+    }));
+    run(&mut host, vec![In::Ref(update)]);
+    let born = record(&host, &h);
+    let ack = In::Ack(BandAck {
+        content_hash: h.clone(),
+        epoch: 1,
+        bands: born.pending_bands.clone(),
+        candidates: Vec::new(),
+    });
+    let sent = run(&mut host, vec![ack]);
+    let Sent::Output { topic, value, .. } = &sent[0] else {
+        panic!("{sent:?}")
+    };
+    assert_eq!(topic, "canonical-chunks");
+    assert!(
+        value.ends_with(
+            ",\"source_count\":1,\"current\":false,\"outdated_by\":\"travel-v2\",\"revision\":1}"
+        ),
+        "{value}"
+    );
+    assert_eq!(record(&host, &h).top[0].attrs.outdated_by, "travel-v2");
 }

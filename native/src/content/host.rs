@@ -317,6 +317,10 @@ fn chunk_value<'py>(py: Python<'py>, view: &ChunkView<'_>) -> PyResult<Bound<'py
     }
     d.set_item(intern!(py, "sources"), sources)?;
     d.set_item(intern!(py, "source_count"), view.source_count)?;
+    if !view.outdated_by.is_empty() {
+        d.set_item(intern!(py, "current"), false)?;
+        d.set_item(intern!(py, "outdated_by"), view.outdated_by)?;
+    }
     d.set_item(intern!(py, "revision"), view.revision)?;
     Ok(d)
 }

@@ -167,6 +167,7 @@ impl Reader {
                 Some(value_of(&metadata)?)
             },
             preferred: obj.getattr(intern!(py, "preferred"))?.extract()?,
+            outdated_by: obj.getattr(intern!(py, "outdated_by"))?.extract()?,
         });
         self.attrs.insert(id, attrs.clone());
         Ok(attrs)
@@ -184,6 +185,7 @@ impl Reader {
             source_id: obj.getattr(intern!(py, "source_id"))?.extract()?,
             content_hash: obj.getattr(intern!(py, "content_hash"))?.extract()?,
             preferred: obj.getattr(intern!(py, "preferred"))?.extract()?,
+            outdated: obj.getattr(intern!(py, "outdated"))?.extract()?,
         }))
     }
 
@@ -269,6 +271,7 @@ impl<'a, 'py> Writer<'a, 'py> {
             None => kwargs.set_item(intern!(py, "metadata"), py.None())?,
         }
         kwargs.set_item(intern!(py, "preferred"), attrs.preferred)?;
+        kwargs.set_item(intern!(py, "outdated_by"), &attrs.outdated_by)?;
         let obj = self.classes.source_attrs.bind(py).call((), Some(&kwargs))?;
         self.attrs.insert(id, obj.clone());
         Ok(obj)
@@ -285,6 +288,7 @@ impl<'a, 'py> Writer<'a, 'py> {
                 &r.source_id,
                 &r.content_hash,
                 r.preferred,
+                r.outdated,
             )),
         }
     }

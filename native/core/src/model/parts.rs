@@ -16,6 +16,9 @@ pub struct SourceAttrs {
     pub title: Option<String>,
     pub metadata: Option<Value>,
     pub preferred: bool,
+    /// The newest live member of the source's lineage when that is another source (its copies are outdated);
+    /// empty for the newest member or a source in no lineage.
+    pub outdated_by: String,
 }
 
 impl SourceAttrs {
@@ -28,6 +31,7 @@ impl SourceAttrs {
         "title",
         "metadata",
         "preferred",
+        "outdated_by",
     ];
 
     pub fn decode(r: &mut Reader) -> Result<Self> {
@@ -41,6 +45,7 @@ impl SourceAttrs {
             title: None,
             metadata: None,
             preferred: false,
+            outdated_by: String::new(),
         };
         for _ in 0..n {
             match r.str()? {
@@ -57,6 +62,7 @@ impl SourceAttrs {
                     }
                 }
                 "preferred" => attrs.preferred = r.boolean()?,
+                "outdated_by" => attrs.outdated_by = r.string()?,
                 _ => r.skip()?,
             }
         }
@@ -66,7 +72,7 @@ impl SourceAttrs {
     }
 
     pub fn encode(&self, w: &mut Writer) {
-        let at = w.struct_map(7);
+        let at = w.struct_map(Self::FIELDS.len());
         let mut count = 2;
         w.str("acl");
         w.strings(&self.acl);
@@ -97,6 +103,11 @@ impl SourceAttrs {
             w.boolean(true);
             count += 1;
         }
+        if !self.outdated_by.is_empty() {
+            w.str("outdated_by");
+            w.str(&self.outdated_by);
+            count += 1;
+        }
         w.end_struct_map(at, count);
     }
 }
@@ -110,6 +121,8 @@ pub struct Rank {
     pub source_id: String,
     pub content_hash: String,
     pub preferred: bool,
+    /// No source of the content is the newest member of its lineage: it ranks after every current one.
+    pub outdated: bool,
 }
 
 impl Rank {
@@ -121,10 +134,11 @@ impl Rank {
         "source_id",
         "content_hash",
         "preferred",
+        "outdated",
     ];
 
     pub fn decode(r: &mut Reader) -> Result<Self> {
-        let f = Fields::open(r, 5, 6, "a rank")?;
+        let f = Fields::open(r, 5, 7, "a rank")?;
         let rank = Rank {
             authority: r.int()?,
             modified_at: r.int()?,
@@ -132,19 +146,21 @@ impl Rank {
             source_id: r.string()?,
             content_hash: r.string()?,
             preferred: if f.has(5) { r.boolean()? } else { false },
+            outdated: if f.has(6) { r.boolean()? } else { false },
         };
         f.close(r)?;
         Ok(rank)
     }
 
     pub fn encode(&self, w: &mut Writer) {
-        w.array(6);
+        w.array(7);
         w.int(self.authority);
         w.int(self.modified_at);
         w.int(self.length);
         w.str(&self.source_id);
         w.str(&self.content_hash);
         w.boolean(self.preferred);
+        w.boolean(self.outdated);
     }
 }
 

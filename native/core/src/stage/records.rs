@@ -68,6 +68,9 @@ pub struct ChunkView<'a> {
     pub member_count: i64,
     pub sources: Vec<ChunkSource<'a>>,
     pub source_count: i64,
+    /// The newest member of the lineage of the best source listed when that source is outdated (then the record
+    /// says `"current": false` and names it), else empty.
+    pub outdated_by: &'a str,
     pub revision: i64,
 }
 
@@ -181,6 +184,10 @@ impl<H: Host> Batch<'_, H> {
             }
             candidates.sort_by(|a, b| self.ref_cmp(a.0, b.0));
         }
+        // The policy ranks a current position first: the best one is outdated only when every one is.
+        let outdated_by = candidates
+            .first()
+            .map_or("", |(r, _)| r.attrs.outdated_by.as_str());
         candidates.truncate(max_sources);
         let mut sources = Vec::with_capacity(candidates.len());
         for (r, content_hash) in candidates {
@@ -206,6 +213,7 @@ impl<H: Host> Batch<'_, H> {
             member_count,
             sources,
             source_count,
+            outdated_by,
             revision,
         })
     }
@@ -232,7 +240,8 @@ fn chunk_head(record: &ContentRecord) -> (&str, &(String, i64), i64, i64) {
 /// The chunk record as MessagePack, without its revision: what its digest is of.
 pub fn chunk_msgpack(view: &ChunkView<'_>) -> Vec<u8> {
     let mut w = MpWriter::with_capacity(512 + view.text.len());
-    w.map(10);
+    let outdated = !view.outdated_by.is_empty();
+    w.map(if outdated { 12 } else { 10 });
     w.str("schema");
     w.str(CHUNK_SCHEMA);
     w.str("chunk_id");
@@ -271,6 +280,12 @@ pub fn chunk_msgpack(view: &ChunkView<'_>) -> Vec<u8> {
     }
     w.str("source_count");
     w.int(view.source_count);
+    if outdated {
+        w.str("current");
+        w.boolean(false);
+        w.str("outdated_by");
+        w.str(view.outdated_by);
+    }
     w.out
 }
 
@@ -345,6 +360,10 @@ pub fn chunk_json(view: &ChunkView<'_>, capacity: usize) -> Option<Vec<u8>> {
     }
     j.raw(b"],\"source_count\":");
     j.int(view.source_count);
+    if !view.outdated_by.is_empty() {
+        j.raw(b",\"current\":false,\"outdated_by\":");
+        j.str(view.outdated_by);
+    }
     j.raw(b",\"revision\":");
     j.int(view.revision);
     j.raw(b"}");

@@ -311,6 +311,7 @@ impl<H: Host> Batch<'_, H> {
                                 source_id: after.source_id.clone(),
                                 content_hash: String::new(),
                                 preferred: new.preferred,
+                                outdated: !new.outdated_by.is_empty(),
                             },
                             &Rank {
                                 authority: old.authority,
@@ -319,6 +320,7 @@ impl<H: Host> Batch<'_, H> {
                                 source_id: source_id.clone(),
                                 content_hash: String::new(),
                                 preferred: old.preferred,
+                                outdated: !old.outdated_by.is_empty(),
                             },
                         )
                     }

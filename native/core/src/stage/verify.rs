@@ -50,6 +50,7 @@ impl<H: Host> Batch<'_, H> {
                                 source_id: String::new(),
                                 content_hash: String::new(),
                                 preferred: false,
+                                outdated: false,
                             }),
                             text: message.text.clone(),
                             facts: (*their_facts).clone(),
