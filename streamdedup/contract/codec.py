@@ -100,7 +100,7 @@ DEFAULT_LIMITS = EventLimits()
 
 _FIELDS = {
     "schema", "op", "source_id", "version", "modified_at", "acl", "text", "chunks", "data",
-    "content_type", "collection", "authority", "uri", "title", "metadata",
+    "content_type", "collection", "authority", "uri", "title", "metadata", "lineage", "lineage_version",
 }  # fmt: skip
 _DECISION_FIELDS = {
     "schema", "decision", "version", "by", "at", "note", "reason", "pair", "source_id", "collection", "line",
@@ -241,6 +241,12 @@ def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLim
         title=_string(data, "title", required=False, max_length=limits.string_chars),
         metadata=_metadata(data.get("metadata"), limits),
     )
+    lineage = _string(data, "lineage", required=False, max_length=limits.string_chars)
+    lineage_version = _string(data, "lineage_version", required=False, max_length=limits.string_chars)
+    if lineage_version is not None and lineage is None:
+        raise InvalidEventError("is only meaningful with 'lineage'", field="lineage_version")
+    if lineage is not None and not lineage:
+        raise InvalidEventError("must not be empty", field="lineage")
     return UpsertEvent(
         source_id=source_id,
         version=version,
@@ -253,6 +259,8 @@ def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLim
             _string(data, "collection", required=False, max_length=limits.string_chars) or "default",
             "collection",
         ),
+        lineage=lineage,
+        lineage_version=lineage_version,
     )
 
 
@@ -443,6 +451,9 @@ def encode_event(event: InputEvent) -> bytes:
         for name in ("uri", "title", "metadata"):
             if getattr(attrs, name) is not None:
                 data[name] = getattr(attrs, name)
+        for name in ("lineage", "lineage_version"):
+            if getattr(event, name) is not None:
+                data[name] = getattr(event, name)
     return _encoder.encode(data)
 
 

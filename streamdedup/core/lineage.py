@@ -248,6 +248,16 @@ class LineageRules:
                 return membership
         return None
 
+    def of_event(
+        self, collection: str, source_id: str, modified_at: str, lineage: str | None, version: str | None
+    ) -> Membership | None:
+        """The membership of an upsert: the ``lineage`` it names (placed by ``version``, or by ``modified_at``
+        without one), else what the collection's rules say."""
+        if lineage is not None:
+            order = version_key(version) if version is not None else order_by_modified(modified_at, source_id)
+            return Membership(lineage, order)
+        return self.of(collection, source_id, modified_at)
+
     def anywhere(self, source_id: str) -> tuple[str, str, LineageRule] | None:
         """The lineage and version text of ``source_id`` under the first rule of any collection that matches it,
         with that rule, or None: for readers of outputs, which do not name a source's collection."""

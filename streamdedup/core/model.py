@@ -75,6 +75,10 @@ class UpsertEvent(msgspec.Struct, frozen=True, kw_only=True, tag="upsert", tag_f
     data: bytes | None = None
     content_type: ContentType = "text/plain"
     collection: str = "default"
+    # The document lineage the source belongs to, named by its connector (docs/lineages.md), and its place there:
+    # a version text, or None to order the lineage's members by modified_at. None: the collection's rules decide.
+    lineage: str | None = None
+    lineage_version: str | None = None
 
 
 class DeleteEvent(msgspec.Struct, frozen=True, kw_only=True, tag="delete", tag_field="op"):

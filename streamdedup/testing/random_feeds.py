@@ -105,11 +105,12 @@ def random_feed(
 def lineage_feed(
     rng: random.Random, *, events: int = 30, pool: ParagraphPool | None = None
 ) -> list[InputEvent]:
-    """Return a feed over the versions of two guides (:data:`LINEAGE_RULES`) and a source in no lineage: members
-    arrive in any order, the newest is deleted and comes back, members move to the other collection's lineage;
-    with replays, stale versions and ACL changes as in :func:`random_feed`."""
+    """Return a feed over the versions of two guides (:data:`LINEAGE_RULES`) and two notes that name their lineage
+    in some upserts (else they are in none): members arrive in any order, the newest is deleted and comes back,
+    members move to another lineage; with replays, stale versions and ACL changes as in :func:`random_feed`."""
     pool = pool or ParagraphPool(rng)
-    names = [f"guide/{g}/v{v}" for g in ("a", "b") for v in ("1", "2", "2-final", "10")] + ["notes/n1"]
+    names = [f"guide/{g}/v{v}" for g in ("a", "b") for v in ("1", "2", "2-final", "10")]
+    names += ["notes/n1", "notes/n2"]
     versions: dict[str, int] = {}
     feed: list[InputEvent] = []
     for _ in range(events):
@@ -128,9 +129,18 @@ def lineage_feed(
             chunks = tuple(rng.choice(pool.texts) for _ in range(rng.randint(1, 3)))
             attrs = SourceAttrs(acl=rng.choice(ACLS), modified_at=rng.randint(1, 5) * 86_400_000_000)
             collection = "archive" if rng.random() < 0.2 else "default"
+            # Notes name their lineage themselves, now and then: by a version, or by modified_at.
+            lineage = "notes" if source_id.startswith("notes/") and rng.random() < 0.7 else None
+            version_text = rng.choice(("1", "2", None)) if lineage else None
             feed.append(
                 UpsertEvent(
-                    source_id=source_id, version=version, attrs=attrs, chunks=chunks, collection=collection
+                    source_id=source_id,
+                    version=version,
+                    attrs=attrs,
+                    chunks=chunks,
+                    collection=collection,
+                    lineage=lineage,
+                    lineage_version=version_text,
                 )
             )
     return feed

@@ -59,6 +59,8 @@ class LiveSource:
     texts: tuple[str, ...]
     norms: tuple[str, ...]
     collection: str = "default"
+    lineage: str | None = None  # the upsert's own lineage and version, if it named one
+    lineage_version: str | None = None
 
     @property
     def hashes(self) -> list[str]:
@@ -97,9 +99,7 @@ def live_sources(events: Iterable[InputEvent], params: EngineParams | None = Non
             current = live.get(event.source_id)
             if current is not None:
                 attrs = msgspec.structs.replace(current.attrs, acl=event.acl)  # keeps ``preferred``
-                live[event.source_id] = LiveSource(
-                    event.source_id, event.version, attrs, current.texts, current.norms, current.collection
-                )
+                live[event.source_id] = dataclasses.replace(current, version=event.version, attrs=attrs)
         else:
             chunks = document_chunks(event, params)
             attrs = event.attrs
@@ -112,6 +112,8 @@ def live_sources(events: Iterable[InputEvent], params: EngineParams | None = Non
                 tuple(c.original for c in chunks),
                 tuple(normalize(c.plain) for c in chunks),
                 event.collection,
+                event.lineage,
+                event.lineage_version,
             )
     return elect_lineages(live, params)
 
@@ -119,16 +121,19 @@ def live_sources(events: Iterable[InputEvent], params: EngineParams | None = Non
 def elect_lineages(live: dict[str, LiveSource], params: EngineParams) -> dict[str, LiveSource]:
     """Return ``live`` with each source's ``outdated_by``: empty for the newest live member of its lineage (the
     highest order key, then the highest source id) and for a source in no lineage, else that newest member."""
-    if not params.lineage_rules:
-        return live
-    rules = LineageRules.parse(json.loads(params.lineage_rules))
+    rules = LineageRules.parse(json.loads(params.lineage_rules)) if params.lineage_rules else LineageRules()
     lineages: dict[tuple[str, str], list[tuple[Any, str]]] = {}
     for source in live.values():
-        found = rules.of(source.collection, source.source_id, format_timestamp(source.attrs.modified_at))
+        modified_at = format_timestamp(source.attrs.modified_at)
+        found = rules.of_event(
+            source.collection, source.source_id, modified_at, source.lineage, source.lineage_version
+        )
         if found is not None:
             lineages.setdefault((source.collection, found.lineage), []).append(
                 (found.order, source.source_id)
             )
+    if not lineages:
+        return live
     newest = {source_id: max(members)[1] for members in lineages.values() for _, source_id in members}
     return {
         source_id: dataclasses.replace(

@@ -42,6 +42,15 @@ def test_upsert_is_decoded_with_defaults():
     assert (decoded.content_type, decoded.collection, decoded.attrs.authority) == ("text/plain", "default", 0)
 
 
+def test_an_upsert_names_its_lineage_and_its_place_there():
+    decoded = decode_event(event(lineage="travel-policy", lineage_version="v2-final"))
+    assert (decoded.lineage, decoded.lineage_version) == ("travel-policy", "v2-final")
+    assert decode_event(encode_event(decoded)) == decoded
+    by_time = decode_event(event(lineage="travel-policy"))
+    assert (by_time.lineage, by_time.lineage_version) == ("travel-policy", None)
+    assert b"lineage" not in encode_event(decode_event(event()))
+
+
 def test_delete_and_acl_are_decoded():
     assert isinstance(decode_event(event(op="delete", text=...)), DeleteEvent)
     acl = decode_event(event(op="acl", text=..., acl=["hr"]))
@@ -74,6 +83,9 @@ def test_delete_and_acl_are_decoded():
         ({"authority": 1.5}, "authority", "must be an integer"),
         ({"metadata": []}, "metadata", "must be an object"),
         ({"extra": 1}, "extra", "unknown field"),
+        ({"lineage": ""}, "lineage", "must not be empty"),
+        ({"lineage": 2}, "lineage", "must be a string"),
+        ({"lineage_version": "2"}, "lineage_version", "only meaningful with 'lineage'"),
     ],
 )
 def test_invalid_events_name_the_field(changes, field, message):

@@ -150,3 +150,12 @@ def test_an_outdated_chunk_matches_the_chunk_schema():
         {k: v for k, v in old.items() if k != "current"},
     ):
         assert not chunk.is_valid(broken)
+
+
+def test_an_upsert_that_names_its_lineage_matches_the_document_schema():
+    document = validator("document.v1.schema.json")
+    value = json.loads(encode_event(upsert("policy-v2", 1, ["text"])))
+    assert document.is_valid({**value, "lineage": "travel-policy", "lineage_version": "2-final"})
+    assert document.is_valid({**value, "lineage": "travel-policy"})
+    assert not document.is_valid({**value, "lineage_version": "2-final"})
+    assert not document.is_valid({**value, "lineage": ""})

@@ -311,9 +311,13 @@ class SourceStage:
         """Tell the lineages the source leaves and joins with this version; return the status its new version
         starts with (what the previous one was told, in the same lineage; else current until told)."""
         membership: Membership | None = None
-        if self._lineages:
-            membership = self._lineages.of(
-                event.collection, event.source_id, format_timestamp(event.attrs.modified_at)
+        if self._lineages or event.lineage is not None:
+            membership = self._lineages.of_event(
+                event.collection,
+                event.source_id,
+                format_timestamp(event.attrs.modified_at),
+                event.lineage,
+                event.lineage_version,
             )
         held = (record.lineage_collection, record.lineage) if record.lineage and not record.deleted else None
         joined = (event.collection, membership.lineage) if membership is not None else None
