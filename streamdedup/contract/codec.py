@@ -243,10 +243,10 @@ def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLim
     )
     lineage = _string(data, "lineage", required=False, max_length=limits.string_chars)
     lineage_version = _string(data, "lineage_version", required=False, max_length=limits.string_chars)
-    if lineage_version is not None and lineage is None:
-        raise InvalidEventError("is only meaningful with 'lineage'", field="lineage_version")
-    if lineage is not None and not lineage:
+    if lineage == "":
         raise InvalidEventError("must not be empty", field="lineage")
+    if lineage is None and lineage_version is not None:
+        raise InvalidEventError("is only meaningful with 'lineage'", field="lineage_version")
     return UpsertEvent(
         source_id=source_id,
         version=version,
@@ -448,12 +448,10 @@ def encode_event(event: InputEvent) -> bytes:
         else:
             data["text"] = event.text
         data.update(content_type=event.content_type, collection=event.collection, authority=attrs.authority)
-        for name in ("uri", "title", "metadata"):
-            if getattr(attrs, name) is not None:
-                data[name] = getattr(attrs, name)
-        for name in ("lineage", "lineage_version"):
-            if getattr(event, name) is not None:
-                data[name] = getattr(event, name)
+        named = {n: getattr(attrs, n) for n in ("uri", "title", "metadata")} | {
+            n: getattr(event, n) for n in ("lineage", "lineage_version")
+        }
+        data.update((name, value) for name, value in named.items() if value is not None)
     return _encoder.encode(data)
 
 
