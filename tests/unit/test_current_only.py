@@ -16,6 +16,7 @@ from streamdedup.index import open_sink
 from streamdedup.index.sink import Row
 from streamdedup.query.outdated import default_current_only, outdated_by
 from streamdedup.query.safety_net import Hit, MemoryLookup, SafetyNet
+from streamdedup.view import ViewWriter
 from tests.helpers import upsert
 from tests.unit.test_index_writer import batches, corpus_records, open_writer, paraphrase_embedder
 
@@ -27,6 +28,7 @@ def _chunk(chunk_id: str, source_id: str, **flags: Any) -> dict[str, Any]:
     return {
         "chunk_id": chunk_id,
         "text": f"text of {chunk_id}",
+        "content_hash": chunk_id,
         "acl": ["*"],
         "canonical": {"source_id": source_id, "position": 0},
         "source_count": 1,
@@ -146,3 +148,16 @@ def test_the_writers_search_follows_the_setting_by_default(tmp_path: Path, monke
             writer.apply(batch, {"test": str(end).encode()})
         found = [k.text for k in writer.search(dropped, ["*"], k=2)]
     assert (dropped in found) is not current_only
+
+
+def test_the_views_index_fields_say_when_a_chunk_is_outdated(tmp_path: Path):
+    records = [
+        ("canonical-chunks", "gone", json.dumps(LOOKUP.chunk("gone")).encode()),
+        ("canonical-chunks", "kept", json.dumps(LOOKUP.chunk("kept")).encode()),
+        ("source-mappings", OLD, json.dumps(_mapping("gone", "kept")).encode()),
+    ]
+    with ViewWriter(tmp_path / "view") as view:
+        view.apply(records, {})
+        gone, kept = view.index_fields("gone"), view.index_fields("kept")
+    assert gone is not None and (gone["current"], gone["outdated_by"]) == (False, NEW)
+    assert kept is not None and "current" not in kept and "outdated_by" not in kept
