@@ -5,6 +5,7 @@
 'streamdedup.query.safety_net'
 """
 
+from streamdedup.query.outdated import default_current_only, outdated_by
 from streamdedup.query.safety_net import (
     MMR,
     ChunkLookup,
@@ -29,6 +30,8 @@ __all__ = [
     "Policy",
     "SafetyNet",
     "chunk_id_in",
+    "default_current_only",
     "mmr",
+    "outdated_by",
     "readable",
 ]

@@ -3,8 +3,9 @@
 :class:`SafetyNetCompressor` is a ``BaseDocumentCompressor``, for ``ContextualCompressionRetriever`` (in the
 ``langchain-classic`` package) or any code that compresses documents; :func:`safety_net_runnable` is a
 ``RunnableLambda`` to pipe a retriever into, whose principals can change per call through the run's
-``configurable``. LangChain documents carry no score: hits keep the retriever's order. They carry no embedding
-either, so a :class:`~streamdedup.query.safety_net.SafetyNet` with MMR cannot be used here.
+``configurable``, and so can ``current_only`` (:data:`CURRENT_ONLY_KEY`). LangChain documents carry no score:
+hits keep the retriever's order. They carry no embedding either, so a
+:class:`~streamdedup.query.safety_net.SafetyNet` with MMR cannot be used here.
 
 >>> from langchain_core.documents import Document
 >>> from streamdedup.query.safety_net import MemoryLookup, SafetyNet
@@ -30,10 +31,18 @@ from pydantic import ConfigDict, Field, InstanceOf
 
 from streamdedup.query.safety_net import Hit, SafetyNet, chunk_id_in
 
-__all__ = ["PRINCIPALS_KEY", "SafetyNetCompressor", "safety_net_runnable", "screen_documents"]
+__all__ = [
+    "CURRENT_ONLY_KEY",
+    "PRINCIPALS_KEY",
+    "SafetyNetCompressor",
+    "safety_net_runnable",
+    "screen_documents",
+]
 
 #: The ``configurable`` key that sets the principals of one run of :func:`safety_net_runnable`.
 PRINCIPALS_KEY = "principals"
+#: The ``configurable`` key that sets ``current_only`` for one run of :func:`safety_net_runnable`.
+CURRENT_ONLY_KEY = "current_only"
 
 
 def screen_documents(
@@ -43,11 +52,16 @@ def screen_documents(
     *,
     chunk_id_key: str = "chunk_id",
     canonical_text: bool = True,
+    current_only: bool | None = None,
 ) -> list[Document]:
-    """Return the documents ``net`` keeps for ``principals``, as new documents with citations in their metadata."""
+    """Return the documents ``net`` keeps for ``principals``, as new documents with citations in their metadata.
+
+    ``current_only`` drops the chunks only outdated versions of a document hold (None: as ``net`` does); a kept
+    outdated chunk's metadata says ``"current": False`` and names ``outdated_by``.
+    """
     hits = [Hit(doc, chunk_id_in(doc.metadata, chunk_id_key)) for doc in documents]
     kept: list[Document] = []
-    for hit in net.apply(hits, principals):
+    for hit in net.apply(hits, principals, current_only=current_only):
         text = hit.text if canonical_text and hit.text is not None else hit.item.page_content
         kept.append(
             hit.item.model_copy(
@@ -67,6 +81,8 @@ class SafetyNetCompressor(BaseDocumentCompressor):
     principals: tuple[str, ...] = Field(default=("*",), frozen=True)
     chunk_id_key: str = Field(default="chunk_id", frozen=True)
     canonical_text: bool = Field(default=True, frozen=True)
+    #: Drop the chunks only outdated versions of a document hold; None: as ``net`` does.
+    current_only: bool | None = Field(default=None, frozen=True)
 
     def for_principals(self, principals: Iterable[str]) -> SafetyNetCompressor:
         """Return a copy that screens for ``principals`` (a compressor is given nothing per call but the query)."""
@@ -82,6 +98,7 @@ class SafetyNetCompressor(BaseDocumentCompressor):
             self.principals,
             chunk_id_key=self.chunk_id_key,
             canonical_text=self.canonical_text,
+            current_only=self.current_only,
         )
 
 
@@ -91,10 +108,12 @@ def safety_net_runnable(
     principals: Sequence[str] = ("*",),
     chunk_id_key: str = "chunk_id",
     canonical_text: bool = True,
+    current_only: bool | None = None,
 ) -> RunnableLambda[Sequence[Document], list[Document]]:
     """Return a runnable that screens a list of documents, e.g. ``retriever | safety_net_runnable(net)``.
 
-    ``principals`` applies unless the run's config sets ``{"configurable": {"principals": [...]}}``.
+    ``principals`` applies unless the run's config sets ``{"configurable": {"principals": [...]}}``, and
+    ``current_only`` (None: as ``net`` does) unless it sets ``"current_only"``.
     """
     default = tuple(principals)
 
@@ -102,7 +121,12 @@ def safety_net_runnable(
         configurable: dict[str, Any] = dict(config.get("configurable") or {})
         chosen = configurable.get(PRINCIPALS_KEY, default)
         return screen_documents(
-            net, documents, chosen, chunk_id_key=chunk_id_key, canonical_text=canonical_text
+            net,
+            documents,
+            chosen,
+            chunk_id_key=chunk_id_key,
+            canonical_text=canonical_text,
+            current_only=configurable.get(CURRENT_ONLY_KEY, current_only),
         )
 
     return RunnableLambda(screen, name="streamdedup_safety_net")

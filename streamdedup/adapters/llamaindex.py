@@ -6,7 +6,9 @@ A postprocessor is given nothing per call but the query, so the principals are t
 embedding and the nodes' embeddings are used; a node without one makes the call fail rather than skip MMR.
 
 The ``citations`` and ``source_ids`` added to a node's metadata are left out of the text the node shows an LLM or
-an embedding model, so a prompt does not grow with a popular passage's sources.
+an embedding model, so a prompt does not grow with a popular passage's sources. ``current_only`` (None: as the
+net does) drops the chunks only outdated versions of a document hold; a kept outdated chunk's metadata says
+``"current": False`` and names ``outdated_by``, which the LLM is shown (the embedding model is not).
 
 >>> from llama_index.core.schema import NodeWithScore, TextNode
 >>> from streamdedup.query.safety_net import MemoryLookup, SafetyNet
@@ -30,6 +32,7 @@ from streamdedup.query.safety_net import Hit, Kept, SafetyNet, chunk_id_in
 __all__ = ["SafetyNetPostprocessor"]
 
 _ADDED_KEYS = ("citations", "source_ids")
+_OUTDATED_KEYS = ("current", "outdated_by")
 
 
 class SafetyNetPostprocessor(BaseNodePostprocessor):
@@ -42,6 +45,7 @@ class SafetyNetPostprocessor(BaseNodePostprocessor):
     principals: tuple[str, ...] = Field(default=("*",), frozen=True)
     chunk_id_key: str = Field(default="chunk_id", frozen=True)
     canonical_text: bool = Field(default=True, frozen=True)
+    current_only: bool | None = Field(default=None, frozen=True)
 
     @classmethod
     def class_name(cls) -> str:
@@ -65,7 +69,9 @@ class SafetyNetPostprocessor(BaseNodePostprocessor):
             for scored in nodes
         ]
         query_embedding = None if query_bundle is None else query_bundle.embedding
-        kept = self.net.apply(hits, self.principals, query_embedding=query_embedding)
+        kept = self.net.apply(
+            hits, self.principals, query_embedding=query_embedding, current_only=self.current_only
+        )
         return [self._node(hit) for hit in kept]
 
     def _node(self, hit: Kept[NodeWithScore]) -> NodeWithScore:
@@ -78,7 +84,7 @@ class SafetyNetPostprocessor(BaseNodePostprocessor):
             dict.fromkeys([*node.excluded_llm_metadata_keys, *_ADDED_KEYS])
         )
         node.excluded_embed_metadata_keys = list(
-            dict.fromkeys([*node.excluded_embed_metadata_keys, *_ADDED_KEYS])
+            dict.fromkeys([*node.excluded_embed_metadata_keys, *_ADDED_KEYS, *_OUTDATED_KEYS])
         )
         if self.canonical_text and hit.text is not None:
             node.set_content(hit.text)

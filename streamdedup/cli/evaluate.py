@@ -3,7 +3,8 @@
 The engine runs embedded over the input with its state in memory. The view of its outputs gives the live
 positions, the canonical chunks and the review flags; each live document is cut into its positions again as the
 ``source`` stage cut it, with the boilerplate lines its collection stripped at the time. The measuring is
-:mod:`streamdedup.query.evaluation`'s.
+:mod:`streamdedup.query.evaluation`'s; the index of canonical chunks is also searched with ``current_only`` (its
+chunks that only outdated versions of a document hold filtered out), and each top-k's outdated share reported.
 """
 
 from __future__ import annotations
@@ -217,59 +218,53 @@ def _change(without: float | None, with_: float | None, *, percent: bool = False
 
 
 def evaluation_table(result: Evaluation, queries: str) -> Table:
-    """Return both indexes' figures side by side, with the difference dedup makes."""
+    """Return both indexes' figures side by side, with the difference dedup makes, and the current-only search."""
     table = Table(
         title=f"streamdedup eval: BM25 top-{result.k}, {queries}",
-        caption="without dedup: an entry per live chunk position; with dedup: an entry per canonical chunk",
+        caption="without dedup: an entry per live chunk position; with dedup: an entry per canonical chunk; "
+        "current only: with dedup, the chunks only outdated versions of a document hold filtered out",
         header_style="bold",
     )
     table.add_column("", no_wrap=True)
     table.add_column("without dedup", justify="right")
     table.add_column("with dedup", justify="right")
     table.add_column("difference", justify="right")
-    w, d = result.without_dedup, result.with_dedup
+    table.add_column("current only", justify="right")
+    w, d, c = result.without_dedup, result.with_dedup, result.current_only
     n = len(result.queries)
     saved = result.embedding_calls_saved
-    table.add_row("entries (embedding calls)", f"{w.entries:,}", f"{d.entries:,}", f"{-saved:+,}")
+    table.add_row(
+        "entries (embedding calls)", f"{w.entries:,}", f"{d.entries:,}", f"{-saved:+,}", f"{c.entries:,}"
+    )
     share = f" ({saved / w.entries:.1%})" if w.entries else ""
-    table.add_row("embedding calls saved", "", f"{saved:,}{share}", "")
+    table.add_row("embedding calls saved", "", f"{saved:,}{share}", "", "")
     table.add_row(
         "queries with results",
         f"{w.queries_with_results:,} of {n:,}",
         f"{d.queries_with_results:,} of {n:,}",
         "",
-    )
-    table.add_row("results", f"{w.results:,}", f"{d.results:,}", f"{d.results - w.results:+,}")
-    table.add_row(
-        "redundant results",
-        f"{w.redundant_results:,}",
-        f"{d.redundant_results:,}",
-        f"{d.redundant_results - w.redundant_results:+,}",
+        f"{c.queries_with_results:,} of {n:,}",
     )
     table.add_row(
-        "redundant share (mean)",
-        _share(w.redundant_share),
-        _share(d.redundant_share),
-        _change(w.redundant_share, d.redundant_share, percent=True),
+        "results", f"{w.results:,}", f"{d.results:,}", f"{d.results - w.results:+,}", f"{c.results:,}"
     )
-    table.add_row(
-        "queries with redundancy",
-        f"{w.queries_with_redundancy:,}",
-        f"{d.queries_with_redundancy:,}",
-        f"{d.queries_with_redundancy - w.queries_with_redundancy:+,}",
-    )
-    table.add_row(
-        "distinct chunks (mean)",
-        _mean(w.distinct_chunks),
-        _mean(d.distinct_chunks),
-        _change(w.distinct_chunks, d.distinct_chunks),
-    )
-    table.add_row(
-        "unique sources (mean)",
-        _mean(w.unique_sources),
-        _mean(d.unique_sources),
-        _change(w.unique_sources, d.unique_sources),
-    )
+    rows = [
+        ("redundant results", "redundant_results", "count"),
+        ("redundant share (mean)", "redundant_share", "share"),
+        ("queries with redundancy", "queries_with_redundancy", "count"),
+        ("outdated results", "outdated_results", "count"),
+        ("outdated share (mean)", "outdated_share", "share"),
+        ("queries with outdated results", "queries_with_outdated", "count"),
+        ("distinct chunks (mean)", "distinct_chunks", "mean"),
+        ("unique sources (mean)", "unique_sources", "mean"),
+    ]
+    for label, name, kind in rows:
+        x, y, z = (getattr(f, name) for f in (w, d, c))
+        if kind == "count":
+            table.add_row(label, f"{x:,}", f"{y:,}", f"{y - x:+,}", f"{z:,}")
+        else:
+            shown = _share if kind == "share" else _mean
+            table.add_row(label, shown(x), shown(y), _change(x, y, percent=kind == "share"), shown(z))
     for reason, count in result.review_flags.items():
-        table.add_row(f"review flags: {reason}", "", f"{count:,}", "")
+        table.add_row(f"review flags: {reason}", "", f"{count:,}", "", "")
     return table

@@ -2,18 +2,22 @@
 
 The table, ``chunks``, is created on first use with this schema (and a BTree index on ``chunk_id``, which merges
 and lookups by id use): ``chunk_id`` (string, not null), ``text``, ``vector`` (fixed-size list of ``dimensions``
-float32), ``content_hash``, ``source_ids`` and ``acl`` (lists of strings), ``modified_at``, ``model``. Its schema
+float32), ``content_hash``, ``source_ids`` and ``acl`` (lists of strings), ``modified_at``, ``model``, ``current``
+(bool: false for a chunk only outdated versions of a document hold) and ``outdated_by`` (the newest version's
+source id, null for a current chunk). Its schema
 metadata records the layout (``streamdedup.index``); a table of another layout, of vectors of another length, or
 whose rows come from another embedding model is refused rather than mixed.
 
 - :meth:`LanceDBSink.upsert` is one ``merge_insert`` on ``chunk_id`` (replace when matched, insert when not);
   :meth:`LanceDBSink.update_metadata` is one ``merge_insert`` of the columns that change (``chunk_id``, ``text``,
-  ``source_ids``, ``acl``, ``modified_at``) when matched, so the vector column is not rewritten;
+  ``source_ids``, ``acl``, ``modified_at``, ``current``, ``outdated_by``) when matched, so the vector column is
+  not rewritten;
   :meth:`LanceDBSink.delete` is one ``delete``. Ids are matched with :mod:`lancedb.expr` expressions, which are no
   SQL text and need no escaping. Each is idempotent.
 - :meth:`LanceDBSink.search` is a cosine search (flat, exact, unless an ANN index was added to the table) with the
   readers' filter applied first: ``array_has_any(acl, ['*', <principal>, ...])``, each principal a SQL string
-  literal with its quotes doubled (the only escape LanceDB's SQL has), so quotes and backslashes stay data.
+  literal with its quotes doubled (the only escape LanceDB's SQL has), so quotes and backslashes stay data; with
+  ``current_only``, ``current = true`` is applied first too.
   :meth:`LanceDBSink.search_many` searches many vectors in one LanceDB search, which scans the table once for all
   of them (256 at a time) and gives each vector the rows, scores and order its own search gives.
 - Versions: every write makes a table version and a small data fragment. After every ``optimize_every`` writes the
@@ -48,10 +52,12 @@ logger = logging.getLogger(__name__)
 #: The name of the table in the LanceDB directory.
 TABLE = "chunks"
 #: The layout version of the table, in its schema metadata; a table of another layout is refused.
-FORMAT = "1"
+FORMAT = "2"  # 2: ``current`` and ``outdated_by``
 _FORMAT_KEY = b"streamdedup.index"
-_ROW_COLUMNS = ["chunk_id", "text", "content_hash", "source_ids", "acl", "modified_at", "model"]
-_METADATA_COLUMNS = ["chunk_id", "text", "source_ids", "acl", "modified_at"]
+_ROW_COLUMNS = [
+    "chunk_id", "text", "content_hash", "source_ids", "acl", "modified_at", "model", "current", "outdated_by"
+]  # fmt: skip
+_METADATA_COLUMNS = ["chunk_id", "text", "source_ids", "acl", "modified_at", "current", "outdated_by"]
 # Ids per expression: a lookup or a deletion of many ids is split rather than sent as one huge IN list.
 _IDS_PER_QUERY = 1000
 # Query vectors per search of several: one table scan serves them all, and a group bounds the memory it takes.
@@ -70,6 +76,8 @@ def schema(dimensions: int) -> pa.Schema:
             pa.field("acl", pa.list_(pa.string())),
             pa.field("modified_at", pa.string()),
             pa.field("model", pa.string()),
+            pa.field("current", pa.bool_()),
+            pa.field("outdated_by", pa.string()),
         ],
         metadata={_FORMAT_KEY: FORMAT.encode()},
     )
@@ -128,6 +136,7 @@ def _row(values: dict[str, Any]) -> Row:
         acl=tuple(values["acl"] or ()),
         modified_at=str(values["modified_at"]),
         model=str(values["model"]),
+        outdated_by=None if values["outdated_by"] is None else str(values["outdated_by"]),
     )
 
 
@@ -247,7 +256,8 @@ class LanceDBSink:
         self._wrote()
 
     def update_metadata(self, rows: Sequence[Row]) -> None:
-        """Set ``text``, ``source_ids``, ``acl`` and ``modified_at`` of existing rows; vectors stay as they are."""
+        """Set what is not the vector (``text``, ``source_ids``, ``acl``, ``modified_at``, ``current``,
+        ``outdated_by``) of existing rows; vectors stay as they are."""
         if not rows:
             return
         kept = [rows[n] for n in _last_per_id(rows)]
@@ -289,10 +299,18 @@ class LanceDBSink:
         data = self._select(None, ["chunk_id"])
         return sorted(str(chunk_id) for chunk_id in data.column("chunk_id").to_pylist())
 
-    def search(self, vector: Vectors, k: int, *, principals: Collection[str] | None = None) -> list[Match]:
+    def search(
+        self,
+        vector: Vectors,
+        k: int,
+        *,
+        principals: Collection[str] | None = None,
+        current_only: bool = False,
+    ) -> list[Match]:
         """Return the ``k`` rows nearest to ``vector`` by cosine, nearest first; with ``principals``, readable ones.
 
-        A caller holding only ``"*"``, or no principal, reads rows whose ``acl`` holds ``"*"``.
+        A caller holding only ``"*"``, or no principal, reads rows whose ``acl`` holds ``"*"``. With
+        ``current_only``, rows whose ``current`` is false are not searched.
         """
         _check_principals(principals)
         if k < 1:
@@ -303,7 +321,7 @@ class LanceDBSink:
                 f"a query vector needs {self._dimensions} dimensions, not {query.shape[0]}"
             )
         with _calling("search", self.directory):
-            found = self._nearest(query, k, principals).to_arrow()
+            found = self._nearest(query, k, principals, current_only).to_arrow()
         return [Match(_row(values), 1.0 - float(values["_distance"])) for values in found.to_pylist()]
 
     def search_many(
@@ -358,12 +376,17 @@ class LanceDBSink:
         if self._optimize_every and self._writes >= self._optimize_every:
             self.optimize()
 
-    def _nearest(self, query: Any, k: int, principals: Collection[str] | None) -> Any:
+    def _nearest(
+        self, query: Any, k: int, principals: Collection[str] | None, current_only: bool = False
+    ) -> Any:
         """Return the cosine search of ``query`` (one vector, or a list of them), readers' filter first."""
         search = self.table.search(query, vector_column_name="vector", query_type="vector")
         search = search.distance_type("cosine")
-        if principals is not None:
-            search = search.where(_readable_by(principals), prefilter=True)
+        filters = [] if principals is None else [_readable_by(principals)]
+        if current_only:
+            filters.append("current = true")
+        if filters:
+            search = search.where(" AND ".join(f"({f})" for f in filters), prefilter=True)
         return search.select([*_ROW_COLUMNS, "_distance"]).limit(k)
 
     def _select(self, where: Expr | None, columns: list[str]) -> pa.Table:
@@ -387,6 +410,8 @@ class LanceDBSink:
             "acl": [list(row.acl) for row in rows],
             "modified_at": [row.modified_at for row in rows],
             "model": [row.model for row in rows],
+            "current": [row.current for row in rows],
+            "outdated_by": [row.outdated_by for row in rows],
         }
         if vectors is not None:
             flat = pa.array(vectors.reshape(-1), type=pa.float32())

@@ -2,10 +2,11 @@
 
 A :class:`Sink` holds one row per chunk, keyed by ``chunk_id``: the chunk's text and its embedding, its content
 hash, every source that holds it (``source_ids``, complete), its readers (``acl``), the canonical source's
-``modified_at`` and the id of the embedding model. It can replace rows whole (:meth:`Sink.upsert`), change what
-is not the vector (:meth:`Sink.update_metadata`), delete rows, read them back, and search by vector (one, or many at
-once), optionally only among the rows a caller may read: those whose ``acl`` holds ``"*"`` or one of the caller's
-principals.
+``modified_at``, the id of the embedding model, and whether the chunk is ``current`` (``outdated_by`` naming the
+newest version of its document when only outdated versions hold it, docs/lineages.md). It can replace rows
+whole (:meth:`Sink.upsert`), change what is not the vector (:meth:`Sink.update_metadata`), delete rows, read them
+back, and search by vector (one, or many at once), optionally only among the rows a caller may read: those whose
+``acl`` holds ``"*"`` or one of the caller's principals, and only among the current ones.
 
 Every operation is idempotent: applying the same rows, updates or deletions again leaves the same rows, which is
 what lets the index writer repeat a batch after a crash. :func:`streamdedup.index.open_sink` opens a sink by URI;
@@ -42,6 +43,14 @@ class Row:
     modified_at: str
     #: The id of the embedding model that made the vector.
     model: str
+    #: When only outdated versions of a document hold the chunk (its record says ``"current": false``), the
+    #: source id of the newest version of the document; None for a current chunk.
+    outdated_by: str | None = None
+
+    @property
+    def current(self) -> bool:
+        """Return whether the chunk is current: not held by outdated versions of a document only."""
+        return self.outdated_by is None
 
     def same_vector(self, other: Row) -> bool:
         """Return whether ``other`` would have the same vector: same text (content hash) and model."""
@@ -80,7 +89,8 @@ class Sink(Protocol):
         ...
 
     def update_metadata(self, rows: Sequence[Row]) -> None:
-        """Set ``text``, ``source_ids``, ``acl`` and ``modified_at`` of existing rows; vectors stay as they are.
+        """Set what is not the vector (``text``, ``source_ids``, ``acl``, ``modified_at``, ``current``,
+        ``outdated_by``) of existing rows; vectors stay as they are.
 
         A row whose chunk id the sink does not hold is skipped.
         """
@@ -102,11 +112,19 @@ class Sink(Protocol):
         """Return the chunk id of every row, sorted."""
         ...
 
-    def search(self, vector: Vectors, k: int, *, principals: Collection[str] | None = None) -> list[Match]:
+    def search(
+        self,
+        vector: Vectors,
+        k: int,
+        *,
+        principals: Collection[str] | None = None,
+        current_only: bool = False,
+    ) -> list[Match]:
         """Return the ``k`` rows nearest to ``vector`` by cosine, nearest first.
 
         With ``principals``, only rows whose ``acl`` holds ``"*"`` or one of them are searched (a filter applied
-        before the search, so ``k`` readable rows come back when there are that many).
+        before the search, so ``k`` readable rows come back when there are that many); with ``current_only``,
+        only rows whose ``current`` is true, filtered likewise.
         """
         ...
 

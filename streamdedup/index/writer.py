@@ -78,6 +78,7 @@ from streamdedup.index.lineage_pairs import LineagePairs
 from streamdedup.index.neighbours import MAX_ROWS, VectorMatrix
 from streamdedup.index.sink import Match, Row, Sink, Vectors
 from streamdedup.query.live_view import Pending, Record, ViewWriter
+from streamdedup.query.outdated import default_current_only, outdated_by
 from streamdedup.query.safety_net import ChunkLookup, Hit, Kept, SafetyNet
 
 __all__ = ["BatchReport", "IndexCounters", "IndexWriter"]
@@ -302,19 +303,23 @@ class IndexWriter:
             resolved=tuple(o for o in found if o.topic != "review"),
         )
 
-    def search(self, query_text: str, principals: Iterable[str], k: int = 5) -> list[Kept[Match]]:
+    def search(
+        self, query_text: str, principals: Iterable[str], k: int = 5, *, current_only: bool | None = None
+    ) -> list[Kept[Match]]:
         """Return the ``k`` chunks nearest to ``query_text`` that a caller holding ``principals`` may read.
 
         The query is embedded with the writer's embedder (not counted, not cached), the sink searched among the
         rows the caller may read, and the hits passed through :class:`~streamdedup.query.safety_net.SafetyNet` over the
-        writer's view: each chunk once, its text the canonical text, cited with every source the caller can read.
+        writer's view: each chunk once, its text the canonical text, cited with every source the caller can read;
+        with ``current_only`` (None: :func:`~streamdedup.query.outdated.default_current_only`), current rows only.
         """
         if isinstance(principals, str):
             raise ConfigurationError(f"principals is a list of principals, not the string {principals!r}")
         caller = list(principals)
-        vector = self._embed([query_text])[0]
-        matches = self.sink.search(vector, k, principals=caller)
-        return SafetyNet(self.view).apply([Hit(m, m.chunk_id, m.score) for m in matches], caller)
+        current = default_current_only() if current_only is None else current_only
+        matches = self.sink.search(self._embed([query_text])[0], k, principals=caller, current_only=current)
+        net = SafetyNet(self.view, current_only=current)
+        return net.apply([Hit(m, m.chunk_id, m.score) for m in matches], caller)
 
     # -- rows -----------------------------------------------------------------------------------------------------
 
@@ -334,6 +339,7 @@ class IndexWriter:
             acl=tuple(sorted(str(p) for p in record.get("acl", ()))),
             modified_at=_canonical_modified_at(record, cited),
             model=self.model,
+            outdated_by=outdated_by(record),
         )
 
     # -- vectors --------------------------------------------------------------------------------------------------

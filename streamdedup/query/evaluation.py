@@ -8,7 +8,10 @@ measures each top-k:
   is, an exact or verified near copy of it by the engine's own verdict;
 - **unique sources**: the source_ids the results lead to (a position its own source; a canonical chunk every
   source that the ``source-mappings`` map to it);
-- **embedding calls saved**: entries of the first index minus entries of the second.
+- **embedding calls saved**: entries of the first index minus entries of the second;
+- **outdated results**: a result whose chunk only outdated versions of a document hold (its record says
+  ``"current": false``, docs/lineages.md; a position counts as its chunk). The index of canonical chunks is
+  searched a second time with ``current_only``: its outdated chunks filtered out, the rest ranked as before.
 
 Tokens are lowercase word tokens: maximal runs of Unicode letters, digits and underscores in ``str.lower()`` of
 the text, the same for passages and queries, with no stemming and no stop words. Scores are bm25s's (Lucene's
@@ -45,6 +48,7 @@ from streamdedup.core.params import EngineParams
 from streamdedup.core.stages.collection import line_hash
 from streamdedup.core.stages.source_chunks import document_chunks
 from streamdedup.errors import ConfigurationError, StreamDedupError
+from streamdedup.query.outdated import outdated_by
 
 __all__ = [
     "BM25_B",
@@ -54,6 +58,7 @@ __all__ = [
     "Bm25Index",
     "Evaluation",
     "IndexFigures",
+    "Outdated",
     "Passage",
     "QueryFigures",
     "TopK",
@@ -63,6 +68,7 @@ __all__ = [
     "evaluate",
     "heading_queries",
     "headings",
+    "outdated_results",
     "position_passages",
     "redundant_results",
     "review_counts",
@@ -102,6 +108,8 @@ class Passage:
     chunk_id: str
     text: str
     sources: tuple[str, ...]
+    #: A chunk's, when only outdated versions of a document hold it: the newest version's source id.
+    outdated_by: str | None = None
 
 
 def document_positions(
@@ -151,7 +159,8 @@ def chunk_passages(
     chunks: Mapping[str, Mapping[str, Any]],
     mappings: Mapping[str, Mapping[str, Any]],
 ) -> list[Passage]:
-    """Return a passage per canonical chunk: its canonical position's text, and every source mapped to it.
+    """Return a passage per canonical chunk: its canonical position's text, every source mapped to it, and
+    whether the chunk is outdated (``outdated_by``).
 
     Raises :class:`StreamDedupError` when the chunks and the mappings disagree (a position pointing at no chunk,
     a chunk whose ``source_count`` is not the number of positions mapped to it).
@@ -178,7 +187,8 @@ def chunk_passages(
                 f"{chunk_id} counts {record['source_count']} source positions, the mappings "
                 f"{counts.get(chunk_id, 0)}"
             )
-        passages.append(Passage(*canonical, chunk_id, text_at[canonical], tuple(sorted(sources[chunk_id]))))
+        cited = tuple(sorted(sources[chunk_id]))
+        passages.append(Passage(*canonical, chunk_id, text_at[canonical], cited, outdated_by(record)))
     passages.sort(key=lambda p: (p.source_id, p.position))
     return passages
 
@@ -277,14 +287,18 @@ class Bm25Index:
 
     def __init__(self, passages: Sequence[Passage]) -> None:
         self.passages = tuple(passages)
+        self._current = np.array([p.outdated_by is None for p in self.passages], dtype=bool)
         tokens = [tokenize(p.text) for p in self.passages]
         self._retriever: Any = None
         if any(tokens):  # bm25s cannot index a corpus without a single token
             self._retriever = _bm25s().BM25(k1=BM25_K1, b=BM25_B, method="lucene")
             self._retriever.index(tokens, show_progress=False)
 
-    def search(self, query: str, k: int) -> list[Passage]:
-        """Return the ``k`` best passages sharing a token with ``query``; equal scores in index order."""
+    def search(self, query: str, k: int, *, current_only: bool = False) -> list[Passage]:
+        """Return the ``k`` best passages sharing a token with ``query``; equal scores in index order.
+
+        With ``current_only``, outdated passages are left out before the ``k`` are taken (scores unchanged).
+        """
         if self._retriever is None:
             return []
         ids = self._retriever.get_tokens_ids(tokenize(query))
@@ -292,6 +306,8 @@ class Bm25Index:
             return []
         scores = np.asarray(self._retriever.get_scores_from_ids(ids))
         hits = np.flatnonzero(scores > 0)
+        if current_only:
+            hits = hits[self._current[hits]]
         if len(hits) > k:
             # Keep every passage scoring at least the k-th best score, then order them (ties by index).
             kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
@@ -333,12 +349,28 @@ class TopK:
 
 
 @dataclass(frozen=True, slots=True)
+class Outdated:
+    """How many results of one query's top-k are outdated, in each index."""
+
+    without_dedup: int
+    with_dedup: int
+    current_only: int
+
+
+def outdated_results(hits: Sequence[Passage], outdated: Collection[str]) -> int:
+    """Count the results whose chunk is one of the ``outdated`` chunk ids."""
+    return sum(hit.chunk_id in outdated for hit in hits)
+
+
+@dataclass(frozen=True, slots=True)
 class QueryFigures:
-    """One query's top-k in both indexes."""
+    """One query's top-k in both indexes, and in the index of canonical chunks with ``current_only``."""
 
     query: str
     without_dedup: TopK
     with_dedup: TopK
+    current_only: TopK
+    outdated: Outdated
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -358,11 +390,15 @@ class IndexFigures:
     queries_with_redundancy: int
     unique_sources: float | None  # mean sources reached per top-k
     distinct_chunks: float | None  # mean distinct chunks per top-k
+    outdated_results: int
+    outdated_share: float | None  # mean over queries of outdated results / results
+    queries_with_outdated: int
 
     @classmethod
-    def of(cls, entries: int, tops: Sequence[TopK]) -> IndexFigures:
-        """Sum up the top-k of every query."""
+    def of(cls, entries: int, tops: Sequence[TopK], outdated: Sequence[int]) -> IndexFigures:
+        """Sum up the top-k of every query, with the outdated results of each."""
         found = [t for t in tops if t.results]
+        stale = [n for t, n in zip(tops, outdated, strict=True) if t.results]
         return cls(
             entries=entries,
             queries=len(tops),
@@ -373,6 +409,9 @@ class IndexFigures:
             queries_with_redundancy=sum(1 for t in found if t.redundant),
             unique_sources=_mean([t.sources for t in found]),
             distinct_chunks=_mean([t.results - t.redundant for t in found]),
+            outdated_results=sum(outdated),
+            outdated_share=_mean([n / t.results for t, n in zip(found, stale, strict=True)]),
+            queries_with_outdated=sum(1 for n in stale if n),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -382,12 +421,13 @@ class IndexFigures:
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
-    """Both indexes' figures for one query set, the savings, and the engine's review flags."""
+    """Both indexes' figures for one query set (and with ``current_only``), the savings, the review flags."""
 
     k: int
     queries: tuple[QueryFigures, ...]
     without_dedup: IndexFigures
     with_dedup: IndexFigures
+    current_only: IndexFigures
     review_flags: Mapping[str, int]
 
     @property
@@ -404,10 +444,20 @@ class Evaluation:
             "bm25": {"implementation": "bm25s", "method": "lucene", "k1": BM25_K1, "b": BM25_B},
             "without_dedup": self.without_dedup.as_dict(),
             "with_dedup": self.with_dedup.as_dict(),
+            "current_only": self.current_only.as_dict(),
+            "outdated_share": {
+                "without_filter": self.with_dedup.outdated_share,
+                "with_filter": self.current_only.outdated_share,
+            },
             "embedding_calls_saved": self.embedding_calls_saved,
             "review_flags": dict(self.review_flags),
-            "per_query": [dataclasses.asdict(q) for q in self.queries],
+            # each query's top-k in both indexes (the current-only figures are in the totals only)
+            "per_query": [dataclasses.asdict(q, dict_factory=_both_indexes) for q in self.queries],
         }
+
+
+def _both_indexes(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {name: value for name, value in items if name not in ("current_only", "outdated")}
 
 
 def evaluate(
@@ -421,21 +471,29 @@ def evaluate(
 ) -> Evaluation:
     """Search an index of ``positions`` and one of ``chunks`` for every query and measure both top-k.
 
-    ``progress`` is told how many queries are done after each one.
+    The index of ``chunks`` is searched again with ``current_only``, and each top-k's outdated results counted
+    (a position's by its chunk). ``progress`` is told how many queries are done after each one.
     """
     if k < 1:
         raise ConfigurationError(f"k must be at least 1, not {k}")
     without, with_ = Bm25Index(positions), Bm25Index(chunks)
+    outdated = {p.chunk_id for p in chunks if p.outdated_by is not None}
     figures = []
     for done, query in enumerate(queries, start=1):
-        figures.append(
-            QueryFigures(query, TopK.of(without.search(query, k)), TopK.of(with_.search(query, k)))
-        )
+        tops = without.search(query, k), with_.search(query, k), with_.search(query, k, current_only=True)
+        counts = Outdated(*(outdated_results(top, outdated) for top in tops))
+        figures.append(QueryFigures(query, TopK.of(tops[0]), TopK.of(tops[1]), TopK.of(tops[2]), counts))
         progress(done)
+
+    def totals(entries: int, index: str) -> IndexFigures:
+        tops = [getattr(f, index) for f in figures]
+        return IndexFigures.of(entries, tops, [getattr(f.outdated, index) for f in figures])
+
     return Evaluation(
         k=k,
         queries=tuple(figures),
-        without_dedup=IndexFigures.of(len(positions), [f.without_dedup for f in figures]),
-        with_dedup=IndexFigures.of(len(chunks), [f.with_dedup for f in figures]),
+        without_dedup=totals(len(positions), "without_dedup"),
+        with_dedup=totals(len(chunks), "with_dedup"),
+        current_only=totals(len(chunks) - len(outdated), "current_only"),
         review_flags=review_counts(reviews),
     )

@@ -44,6 +44,7 @@ import msgspec
 import rocksdict
 
 from streamdedup.errors import StateError
+from streamdedup.query.outdated import outdated_by
 from streamdedup.query.safety_net import MAPPED_FIELDS, Citation, mapped_about
 
 __all__ = ["FORMAT", "Pending", "Record", "View", "ViewWriter"]
@@ -153,18 +154,24 @@ class _Lookups:
 
         ``chunk_id`` is single-valued (collapse or group by it), ``source_ids`` and ``acl`` are multi-valued
         (filter by the caller's principals with a terms query); ``source_ids`` is complete, however many copies
-        the text has. None when the chunk is not live.
+        the text has. A chunk only outdated versions of a document hold also has ``"current": False`` and
+        ``outdated_by`` (absent: current, as in its record), to filter out with ``current_only``. None when the
+        chunk is not live.
         """
         value = self.chunk(chunk_id)
         if value is None:
             return None
-        return {
+        fields = {
             "chunk_id": chunk_id,
             "text": value["text"],
             "content_hash": value["content_hash"],
             "source_ids": [c.source_id for c in self.sources_of(chunk_id)],
             "acl": list(value["acl"]),
         }
+        newest = outdated_by(value)
+        if newest is not None:
+            fields.update(current=False, outdated_by=newest)
+        return fields
 
     def chunk_ids(self) -> Iterator[str]:
         """Yield the id of every live chunk, in id order."""

@@ -11,6 +11,8 @@ the caller's principals, and in this order:
    unchecked instead, for an index that runs ahead of its view);
 3. drops a hit whose chunk the caller may not read: the chunk's ``acl`` (always complete) must hold ``"*"`` or one
    of the caller's principals. A caller holding only ``"*"``, or no principal at all, reads public chunks only;
+   with ``current_only``, drops a hit whose chunk only outdated versions of a document hold (its record says
+   ``"current": false``, docs/lineages.md);
 4. collapses hits that share a chunk id into the best-scored one;
 5. keeps at most ``max_per_source`` hits per source, a hit counting for its chunk's *canonical* source (the one
    whose text the chunk is; a chunk has exactly one, so a popular passage is not capped by every space that
@@ -20,7 +22,9 @@ the caller's principals, and in this order:
 7. attaches every source of each kept chunk that the caller can read as a :class:`Citation`, complete: a chunk
    record lists at most 100 sources, so they come from :meth:`ChunkLookup.sources_of`, and whether the caller
    can read each one from its ``source-mappings`` record, which carries its readers, address, title and time
-   (``streamdedup.mapping/v2``; ``citations="all"`` cites the sources the caller cannot open too).
+   (``streamdedup.mapping/v2``; ``citations="all"`` cites the sources the caller cannot open too). An outdated
+   chunk kept (``current_only`` off) says so: its citations and :meth:`Kept.metadata` name ``outdated_by``, the
+   newest version of the document, which no longer holds the passage.
 
 Kept hits come best-scored first (a hit without a score after every scored one), ties in the retriever's order; with
 MMR, in the order MMR chose them. Each carries the framework's own object untouched; the adapters in
@@ -44,6 +48,7 @@ MMR, in the order MMR chose them. Each carries the framework's own object untouc
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -53,6 +58,7 @@ from streamdedup.core.messages import Output
 from streamdedup.core.model import EVERYONE
 from streamdedup.core.output_view import COMPACTED_TOPICS, View
 from streamdedup.errors import ConfigurationError
+from streamdedup.query.outdated import default_current_only, outdated_by
 
 __all__ = [
     "MAPPED_FIELDS",
@@ -65,8 +71,10 @@ __all__ = [
     "Policy",
     "SafetyNet",
     "chunk_id_in",
+    "default_current_only",
     "mapped_about",
     "mmr",
+    "outdated_by",
     "readable",
 ]
 
@@ -91,6 +99,8 @@ class Citation:
     #: The source's readers, as its mapping says (a ``mapping/v1`` record says nothing of them: then as the chunk
     #: records that list the source say); None when neither does.
     acl: tuple[str, ...] | None = None
+    #: For a chunk only outdated versions hold, the newest version of the document (a source id); None otherwise.
+    outdated_by: str | None = None
 
     @classmethod
     def of(cls, source_id: str, positions: Iterable[int], about: Mapping[str, Any]) -> Citation:
@@ -106,14 +116,20 @@ class Citation:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the citation as a JSON-ready dict (positions as a list; the readers are left out)."""
-        return {
+        """Return the citation as a JSON-ready dict (positions as a list; the readers are left out).
+
+        ``outdated_by`` is there only for a passage that exists only in older versions of its document.
+        """
+        cited: dict[str, Any] = {
             "source_id": self.source_id,
             "positions": list(self.positions),
             "uri": self.uri,
             "title": self.title,
             "modified_at": self.modified_at,
         }
+        if self.outdated_by is not None:
+            cited["outdated_by"] = self.outdated_by
+        return cited
 
 
 @runtime_checkable
@@ -165,11 +181,23 @@ class Kept(Generic[T]):
         """Return the id of every cited source."""
         return tuple(c.source_id for c in self.citations)
 
+    @property
+    def outdated_by(self) -> str | None:
+        """Return the newest version of the document when only outdated versions hold the chunk, else None."""
+        return outdated_by(self.chunk)
+
     def metadata(self) -> dict[str, Any]:
-        """Return what an adapter adds to the kept document's metadata (nothing for a hit passed through)."""
+        """Return what an adapter adds to the kept document's metadata (nothing for a hit passed through).
+
+        An outdated chunk's also has ``"current": False`` and ``outdated_by``, as its record has them.
+        """
         if self.chunk is None:
             return {}
-        return {"citations": [c.to_dict() for c in self.citations], "source_ids": list(self.source_ids)}
+        added = {"citations": [c.to_dict() for c in self.citations], "source_ids": list(self.source_ids)}
+        newest = self.outdated_by
+        if newest is not None:
+            added.update(current=False, outdated_by=newest)
+        return added
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +302,10 @@ class SafetyNet:
     cannot open; a source whose readers the lookup does not know (a ``mapping/v1`` record, written before
     mappings carried them, of a source that no chunk record lists: beyond the records' cap of
     ``STREAMDEDUP_MAX_CHUNK_SOURCES`` entries) is not cited. ``"all"`` cites every source, readable or not.
+
+    ``current_only`` drops the chunks only outdated versions of a document hold; None, the default, is resolved
+    when the net is made (:func:`default_current_only`): on when ``STREAMDEDUP_LINEAGE_RULES`` names any rule,
+    off otherwise. :meth:`apply` can override it per call.
     """
 
     lookup: ChunkLookup
@@ -282,8 +314,11 @@ class SafetyNet:
     unidentified: Policy = "drop"
     mmr: MMR | None = None
     citations: Literal["all", "readable"] = "readable"
+    current_only: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.current_only is None:
+            object.__setattr__(self, "current_only", default_current_only())
         if self.max_per_source is not None and self.max_per_source < 1:
             raise ConfigurationError(f"max_per_source must be at least 1, not {self.max_per_source}")
         for name in ("unknown", "unidentified"):
@@ -298,14 +333,17 @@ class SafetyNet:
         principals: Iterable[str],
         *,
         query_embedding: Sequence[float] | None = None,
+        current_only: bool | None = None,
     ) -> list[Kept[T]]:
         """Return the hits a caller holding ``principals`` may be given, each chunk once, with its citations.
 
-        ``query_embedding`` (and an embedding on every hit) is needed when ``mmr`` is set.
+        ``query_embedding`` (and an embedding on every hit) is needed when ``mmr`` is set. ``current_only``
+        overrides the net's own for this call (None: the net's).
         """
         if isinstance(principals, str):
             raise ConfigurationError(f"principals is a list of principals, not the string {principals!r}")
         caller = frozenset(principals)
+        drop_outdated = self.current_only if current_only is None else current_only
         numbered = sorted(enumerate(hits), key=lambda pair: _order(pair[1].score, pair[0]))
         records: dict[str, dict[str, Any] | None] = {}
         kept: list[_Draft[T]] = []
@@ -324,6 +362,8 @@ class SafetyNet:
             if record is None and self.unknown == "drop":
                 continue
             if record is not None and not readable(record.get("acl", ()), caller):
+                continue
+            if drop_outdated and outdated_by(record) is not None:
                 continue
             first[hit.chunk_id] = _Draft(rank, hit, record)
             kept.append(first[hit.chunk_id])
@@ -375,6 +415,9 @@ class SafetyNet:
         if chunk_id is None or record is None:
             return ()
         cited = tuple(self.lookup.sources_of(chunk_id))
+        newest = outdated_by(record)
+        if newest is not None:
+            cited = tuple(dataclasses.replace(c, outdated_by=newest) for c in cited)
         if self.citations == "all":
             return cited
         return tuple(c for c in cited if c.acl is not None and readable(c.acl, caller))

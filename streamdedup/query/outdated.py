@@ -1,0 +1,35 @@
+"""Which chunks are outdated: only older versions of a document hold them (docs/lineages.md).
+
+The engine marks such a chunk's ``canonical-chunks`` record with ``"current": false`` and ``"outdated_by"``, the
+source id of the newest version of the document; a current chunk's record has neither key. The safety net and
+the adapters drop outdated chunks with ``current_only``, whose default :func:`default_current_only` decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["default_current_only", "outdated_by"]
+
+
+def outdated_by(record: Mapping[str, Any] | None) -> str | None:
+    """Return the ``outdated_by`` of a chunk record that says ``"current": false``, else None (absent: current).
+
+    >>> outdated_by({"current": False, "outdated_by": "5.0/intro.txt"}), outdated_by({"chunk_id": "c1"})
+    ('5.0/intro.txt', None)
+    """
+    if record is None or record.get("current", True) is not False:
+        return None
+    return str(record.get("outdated_by") or "")
+
+
+def default_current_only() -> bool:
+    """Return whether outdated chunks are dropped by default: when ``STREAMDEDUP_LINEAGE_RULES`` names any rule.
+
+    Only a collection with a lineage rule has outdated chunks, so this drops them in exactly those collections.
+    """
+    from streamdedup.settings import Settings  # noqa: PLC0415 - reading the settings only when asked
+
+    environment: dict[str, Any] = {}  # no overrides: the settings as the environment gives them
+    return bool(Settings(**environment).lineage_rules)
