@@ -304,8 +304,8 @@ class SafetyNet:
     ``STREAMDEDUP_MAX_CHUNK_SOURCES`` entries) is not cited. ``"all"`` cites every source, readable or not.
 
     ``current_only`` drops the chunks only outdated versions of a document hold; None, the default, is resolved
-    when the net is made (:func:`default_current_only`): on when ``STREAMDEDUP_LINEAGE_RULES`` names any rule,
-    off otherwise. :meth:`apply` can override it per call.
+    when the net is made (:func:`default_current_only`): on, which drops nothing where no lineage is in use.
+    :meth:`apply` can override it per call.
     """
 
     lookup: ChunkLookup
