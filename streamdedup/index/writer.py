@@ -42,12 +42,10 @@ the committed view, not the vector cache, so a crash between the search and the 
 are delivered at least once, keyed by their pair. Only the new rows that have some row within a hair of the
 threshold are searched in the sink: the writer holds the table's vectors in memory, read from the sink at the first
 search and kept in step with its writes (:class:`~streamdedup.index.neighbours.VectorMatrix`); the other rows could
-not be flagged, so the flags are those a search of every new row gives. A pair whose exact shingle Jaccard (the
-engine's normalization and shingles) reaches the engine's threshold, both texts long enough for near matching, is
-not flagged: the engine verified it, and merged it or flagged it as ``fact_conflict`` or ``acl_boundary`` itself.
-Nor is a pair a reviewer kept separate or merged: the writer reads those decisions from ``audit`` with the rest.
-A pair whose texts are versions of one document (``lineages``) is recorded in ``audit`` as resolved by the
-lineage, not flagged (:mod:`streamdedup.index.lineage_pairs`).
+not be flagged, so the flags are those a search of every new row gives. Which pairs are not flagged, and why,
+is :mod:`streamdedup.index.semantic`: the engine's own near copies, texts too short to judge, two passages of one
+document, pairs a reviewer decided (read from ``audit`` with the rest), and versions of one document, recorded
+in ``audit`` as resolved by their lineage instead (:mod:`streamdedup.index.lineage_pairs`).
 
 **Counters** (:class:`IndexCounters`) are committed with the read position, so they survive restarts, and are
 computed from the committed view and the records (texts embedded: from the cache writes), so a crash and a replay
@@ -65,17 +63,15 @@ from typing import Any
 import numpy as np
 
 from streamdedup.core.lineage import LineageRules
-from streamdedup.core.markup import plain_text
 from streamdedup.core.messages import Output
-from streamdedup.core.normalize import content_hash, normalize
 from streamdedup.core.params import EngineParams
 from streamdedup.core.records import review_key, review_value
-from streamdedup.core.shingles import jaccard_of_sets, shingle_set
 from streamdedup.errors import ConfigurationError, StateError, StateMismatchError
 from streamdedup.index.counters import BatchReport, IndexCounters
 from streamdedup.index.embeddings import Embedder
 from streamdedup.index.lineage_pairs import LineagePairs
 from streamdedup.index.neighbours import MAX_ROWS, VectorMatrix
+from streamdedup.index.semantic import Screen
 from streamdedup.index.sink import Match, Row, Sink, Vectors
 from streamdedup.query.live_view import Pending, Record, ViewWriter
 from streamdedup.query.outdated import default_current_only, outdated_by
@@ -91,8 +87,6 @@ _COUNTERS = "index:counters"
 _EMBEDDED = "index:embedded"
 _REUSED = "index:reused"
 _VECTOR = "vector:"
-# The content types whose markup the engine strips before hashing, tried in this order to find a text's norm.
-_CONTENT_TYPES = ("text/plain", "text/markdown", "text/html")
 
 
 class IndexWriter:
@@ -139,6 +133,7 @@ class IndexWriter:
         self.semantic_threshold = semantic_threshold
         self.semantic_neighbours = semantic_neighbours
         self.params = params or EngineParams()
+        self._screen = Screen(self.params)
         #: Where vectors not in this writer's cache are looked up by content hash before the embedder is called
         #: (another table's writer of the same model: :meth:`cached_vectors`).
         self.vector_source = vector_source
@@ -434,8 +429,10 @@ class IndexWriter:
                     or key in flags
                 ):
                     continue
-                similarity, engine_pair = self._jaccard(row, other)
-                if engine_pair or (view.decision(key) or {}).get("decision") in ("keep_separate", "merge"):
+                if self._screen.why_not(row, other) or (view.decision(key) or {}).get("decision") in (
+                    "keep_separate",
+                    "merge",
+                ):
                     continue
                 versions = (
                     self._lineages.versions(row.source_ids, other.source_ids) if self._lineages else None
@@ -450,27 +447,11 @@ class IndexWriter:
                         "semantic",
                         {"content_hash": row.content_hash, "text": row.text, "acl": list(row.acl)},
                         {"content_hash": other.content_hash, "text": other.text, "acl": list(other.acl)},
-                        similarity,
+                        self._screen.jaccard(row, other),
                         f"cosine {match.score:.3f}",
                     ),
                 )
         return list(flags.values())
-
-    def _jaccard(self, a: Row, b: Row) -> tuple[float, bool]:
-        """Return the exact shingle Jaccard of two rows' texts, and whether the engine verified the pair itself."""
-        size = self.params.shingle_size
-        mine, theirs = shingle_set(self._norm(a), size), shingle_set(self._norm(b), size)
-        similarity = jaccard_of_sets(mine, theirs)
-        long_enough = min(len(mine), len(theirs)) >= self.params.min_shingles
-        return similarity, long_enough and similarity >= self.params.threshold
-
-    def _norm(self, row: Row) -> str:
-        """Return the normalized text the engine hashed: the plain text of the markup the hash says it had."""
-        for content_type in _CONTENT_TYPES:
-            plain = row.text if content_type == "text/plain" else plain_text(row.text, content_type)
-            if content_hash(plain) == row.content_hash:
-                return normalize(plain)
-        return normalize(row.text)
 
 
 def _new_text(held: Row | None, row: Row) -> bool:
