@@ -286,7 +286,7 @@ def index_directory(into: str) -> Path:
     return Path(rest).expanduser()
 
 
-_READ = (*COMPACTED_TOPICS, "audit")
+_READ = (*COMPACTED_TOPICS, "audit", "review")
 
 
 async def _index_lag(settings: Settings, writer: IndexWriter) -> int:

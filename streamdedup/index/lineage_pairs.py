@@ -8,6 +8,11 @@ and no version holds both, the pair is one passage as it changed between version
 ``"review": true``. A pair that some version holds both sides of is two passages of one document, and is flagged
 as before; so is a pair whose sides share no lineage.
 
+The engine's ``fact_conflict`` flags (two near copies that state different facts) are resolved the same way: a
+flag whose texts are held by different versions of one lineage, none holding both, is the fact as it changed
+between versions, and the writer writes its ``audit`` record and the flag's tombstone (:meth:`LineagePairs.facts`).
+The writer reads the flags from ``review`` with the other outputs; a flag whose texts have no row yet stays open.
+
 Output records name no collection, so a source id takes the first rule of any collection that matches it
 (:meth:`~streamdedup.core.lineage.LineageRules.anywhere`).
 
@@ -22,14 +27,22 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from streamdedup.core.lineage import LineageRules, ordered_versions
 from streamdedup.core.messages import Output
 from streamdedup.core.records import audit_value
+from streamdedup.index.sink import Row
+from streamdedup.query.live_view import ViewWriter
 
 __all__ = ["LineagePairs", "Versions"]
+
+# The writer's extras for the engine's fact flags it could not decide yet: the pair's hashes ('' once closed), and
+# an entry per text, by which a batch that gives the text a row finds the flag.
+_OPEN = "lineages:fact:"
+_BY_TEXT = "lineages:fact-by:"
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,55 @@ class LineagePairs:
                     lineage, ordered_versions(held_a.values()), ordered_versions(held_b.values()), rule.review
                 )
         return None
+
+    def facts(
+        self,
+        records: Sequence[tuple[str, str, bytes | None]],
+        view: ViewWriter,
+        touched: Iterable[str],
+        row_of: Callable[[str], Row | None],
+    ) -> tuple[list[Output], dict[str, bytes]]:
+        """Resolve the engine's ``fact_conflict`` flags whose texts (their rows, by ``row_of``) are versions of one
+        lineage: those in ``records``, and those ``view`` kept open from earlier batches whose texts are among the
+        ``touched`` chunk ids.
+
+        Return each resolved flag's ``audit`` record and tombstone, and the extras to commit with the batch: flags
+        still open (a text without a row yet: the flag comes before the newer text's records), and those closed.
+        """
+        flags: dict[str, tuple[str, str] | None] = {}
+        for chunk_id in sorted(touched):
+            for name in view.extra_names(f"{_BY_TEXT}{chunk_id}:"):
+                key = name[len(_BY_TEXT) + len(chunk_id) + 1 :]
+                held = view.extra(_OPEN + key)
+                if held:
+                    first, second = held.decode().split(":")
+                    flags[key] = (first, second)
+        for topic, key, raw in records:
+            if topic == "review":
+                flag = None if raw is None else json.loads(raw)
+                if flag is None or flag.get("reason") == "fact_conflict":
+                    flags[key] = (
+                        None if flag is None else (flag["a"]["content_hash"], flag["b"]["content_hash"])
+                    )
+        resolved: list[Output] = []
+        extras: dict[str, bytes] = {}
+        for key, hashes in flags.items():
+            if hashes is None:  # a reviewer decided the pair, or the engine withdrew the flag
+                if view.extra(_OPEN + key):
+                    extras[_OPEN + key] = b""
+                continue
+            rows = row_of(hashes[0]), row_of(hashes[1])
+            if (
+                rows[0] is None or rows[1] is None
+            ):  # not decidable yet: looked at again when a text gets its row
+                extras[_OPEN + key] = ":".join(hashes).encode()
+                extras.update({f"{_BY_TEXT}{h}:{key}": b"1" for h in hashes})
+                continue
+            extras[_OPEN + key] = b""
+            versions = self.versions(rows[0].source_ids, rows[1].source_ids)
+            if versions is not None and not versions.review:
+                resolved.extend([self.audit(key, *hashes, versions), Output("review", key, None)])
+        return resolved, extras
 
     @staticmethod
     def audit(key: str, a_hash: str, b_hash: str, versions: Versions) -> Output:

@@ -245,8 +245,8 @@ class IndexWriter:
         except BaseException:
             self._matrix = None  # the sink may hold part of the batch: read it again at the next search
             raise
-        found = self._semantic(written, vectors, pending)
-        reviews = [output for output in found if output.topic == "review"]
+        found, kept = self._flags(written, vectors, pending, records)
+        reviews = [output for output in found if output.topic == "review" and output.value is not None]
 
         # What the batch changed in the index, by the committed view and the staged one (never by the sink, which
         # may be ahead after a crash): so a replay counts what the interrupted attempt did once.
@@ -267,7 +267,7 @@ class IndexWriter:
             metadata_updates=previous.metadata_updates + changed,
             rows_deleted=previous.rows_deleted + deleted,
             review_flags=previous.review_flags + len(reviews),
-            lineage_resolved=previous.lineage_resolved + len(found) - len(reviews),
+            lineage_resolved=previous.lineage_resolved + sum(output.topic == "audit" for output in found),
             positions=previous.positions
             + _positions(pending, pending.sources_touched)
             - _positions(self.view, pending.sources_touched),
@@ -275,7 +275,7 @@ class IndexWriter:
         )
         if deliver is not None:
             deliver(found)
-        self.view.commit(pending, progress, extras={_COUNTERS: totals.to_json()})
+        self.view.commit(pending, progress, extras={**kept, _COUNTERS: totals.to_json()})
         self._totals = totals
         if embedded or written or deleted or changed or reviews:
             logger.debug(
@@ -396,6 +396,20 @@ class IndexWriter:
         return matrix
 
     # -- semantic flags -------------------------------------------------------------------------------------------
+
+    def _flags(
+        self, written: Sequence[Row], vectors: Mapping[str, Vectors], view: Pending, records: Sequence[Record]
+    ) -> tuple[list[Output], dict[str, bytes]]:
+        """Return the batch's semantic flags, and the pairs lineages resolved: semantic ones, and the engine's
+        ``fact_conflict`` flags between versions of one document (their audit and tombstone); and the extras
+        that keep the fact flags not decidable yet (:meth:`LineagePairs.facts`)."""
+        found = self._semantic(written, vectors, view)
+        if self._lineages is None:
+            return found, {}
+        resolved, extras = self._lineages.facts(
+            records, self.view, view.chunks_touched, lambda chunk_id: self._row(view, chunk_id)
+        )
+        return found + resolved, extras
 
     def _semantic(self, fresh: Sequence[Row], vectors: Mapping[str, Vectors], view: Pending) -> list[Output]:
         """Flag each newly indexed text's nearest other rows at or above the threshold (see the module docstring).

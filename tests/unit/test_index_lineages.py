@@ -18,6 +18,8 @@ from tests.unit.test_index_writer import (
     AUTOMOBILE,
     CAR,
     OTHER,
+    REFUND_14,
+    REFUND_30,
     SCHEMAS,
     Record,
     batches,
@@ -134,3 +136,46 @@ def test_texts_too_short_for_the_near_copy_test_are_not_flagged(engine: Engine, 
     with _writer(tmp_path / "long", {}) as writer:
         delivered, _ = _apply(writer, _records(engine, long))
     assert [o.topic for o in delivered] == ["review"]
+
+
+def test_the_engines_fact_flags_between_versions_are_resolved_by_the_lineage(engine: Engine, tmp_path: Path):
+    # A refund period changed between releases: the engine flags the near copies' different facts; the writer sees
+    # that versions of one page hold them and resolves the flag (its audit record, and the flag's tombstone).
+    layout = {"docs/1.0/shop/refunds.txt": [REFUND_30], "docs/2.0/shop/refunds.txt": [REFUND_14]}
+    records = _records(engine, layout)
+    flags = [r for r in records if r[0] == "review" and r[2] is not None]
+    assert [json.loads(r[2])["reason"] for r in flags] == ["fact_conflict"]
+    key = flags[0][1]
+    for rules, resolved in (
+        (RULES, True),
+        (None, False),
+        ({"docs": [{"pattern": RULES["docs"][0], "review": True}]}, False),
+    ):
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        with _writer(folder, rules) as writer:
+            delivered, _ = _apply(writer, records)
+            assert writer.totals.lineage_resolved == (1 if resolved else 0)
+            assert writer.totals.review_flags == 0
+        if not resolved:
+            assert delivered == []
+            continue
+        audit, tombstone = delivered
+        assert (tombstone.topic, tombstone.key, tombstone.value) == ("review", key, None)
+        assert audit.topic == "audit" and audit.key == key
+        assert (audit.value["action"], audit.value["reason"]) == ("resolved", "lineage")
+        assert audit.value["lineage"] == "docs/{version}/shop/refunds.txt"
+
+
+def test_a_fact_flag_kept_open_for_its_newer_text_is_resolved_after_a_restart(engine: Engine, tmp_path: Path):
+    # The flag comes before the newer text's chunk and mapping: it waits, in the writer's view, for their rows.
+    records = _records(
+        engine, {"docs/1.0/shop/refunds.txt": [REFUND_30], "docs/2.0/shop/refunds.txt": [REFUND_14]}
+    )
+    cut = next(n for n, r in enumerate(records) if r[0] == "review") + 1
+    with _writer(tmp_path, RULES) as writer:
+        first, _ = _apply(writer, records[:cut])
+        assert first == [] and writer.totals.lineage_resolved == 0
+    with _writer(tmp_path, RULES) as writer:
+        rest, _ = _apply(writer, records[cut:])
+        assert writer.totals.lineage_resolved == 1
+    assert [(o.topic, o.value is None) for o in rest] == [("audit", False), ("review", True)]
