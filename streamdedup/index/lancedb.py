@@ -240,7 +240,8 @@ class LanceDBSink:
 
         A crash midway is safe to re-run: the overwrite is one commit, so before it the table is still of layout 1
         and the next open upgrades it from the start; after it only the ``chunk_id`` index can be missing (an
-        overwrite drops indices), and every open builds that index when it is missing (:meth:`_index_ids`). Rows
+        overwrite drops indices), and every open builds that index when it is missing (:meth:`_index_ids`). An ANN
+        index someone added to ``vector`` is dropped too (searches stay exact, flat); add it again if wanted. Rows
         that a writer of an older version adds during the upgrade would be lost: stop older writers first.
         """
         found = self.table.schema
@@ -265,7 +266,7 @@ class LanceDBSink:
         )  # fmt: skip
 
     def _index_ids(self) -> None:
-        """Build the ``chunk_id`` index unless the table has it (an upgrade, or a crash after creating, drops it)."""
+        """Build the ``chunk_id`` index when the table lacks it: after an upgrade, or a crash right after creating."""
         with _calling("index chunk ids", self.directory):
             if not any(index.columns == ["chunk_id"] for index in self.table.list_indices()):
                 self.table.create_index("chunk_id", config=BTree())
