@@ -5,7 +5,8 @@ and lookups by id use): ``chunk_id`` (string, not null), ``text``, ``vector`` (f
 float32), ``content_hash``, ``source_ids`` and ``acl`` (lists of strings), ``modified_at``, ``model``, ``current``
 (bool: false for a chunk only outdated versions of a document hold) and ``outdated_by`` (the newest version's
 source id, null for a current chunk). Its schema
-metadata records the layout (``streamdedup.index``); a table of another layout, of vectors of another length, or
+metadata records the layout (``streamdedup.index``). A table of layout 1 (without ``current`` and ``outdated_by``)
+is upgraded when opened (:meth:`LanceDBSink._upgrade`); a table of another layout, of vectors of another length, or
 whose rows come from another embedding model is refused rather than mixed.
 
 - :meth:`LanceDBSink.upsert` is one ``merge_insert`` on ``chunk_id`` (replace when matched, insert when not);
@@ -51,9 +52,14 @@ logger = logging.getLogger(__name__)
 
 #: The name of the table in the LanceDB directory.
 TABLE = "chunks"
-#: The layout version of the table, in its schema metadata; a table of another layout is refused.
+#: The layout version of the table, in its schema metadata; a table of layout 1 is upgraded, of another refused.
 FORMAT = "2"  # 2: ``current`` and ``outdated_by``
 _FORMAT_KEY = b"streamdedup.index"
+#: The older layout a table is upgraded from when opened: layout 2 without the columns it added.
+_UPGRADABLE = "1"
+_ADDED_COLUMNS = ["current", "outdated_by"]
+# Rows per batch when an upgrade copies the table.
+_UPGRADE_BATCH = 4096
 _ROW_COLUMNS = [
     "chunk_id", "text", "content_hash", "source_ids", "acl", "modified_at", "model", "current", "outdated_by"
 ]  # fmt: skip
@@ -181,15 +187,14 @@ class LanceDBSink:
             try:
                 found = self._db.open_table(table)
             except ValueError:  # no such table yet
-                found = self._db.create_table(table, schema=schema(dimensions))
-                found.create_index("chunk_id", config=BTree())
+                found = self._db.create_table(table, schema=schema(dimensions))  # indexed by _index_ids
                 logger.info(
                     "created the index table %s in %s (%d dimensions)", table, self.directory, dimensions
                 )
         if not isinstance(found, LanceTable):  # what a local directory always gives
             raise StateError(f"{self.directory} is not a local LanceDB directory")
         self.table: LanceTable = found
-        self._check_layout()
+        older = self._check_layout()
         stored = self._stored_model()
         self._model = stored or model
         if model is not None and stored is not None and model != stored:
@@ -197,11 +202,17 @@ class LanceDBSink:
                 f"the index in {self.directory} holds vectors of the model {stored!r}, not {model!r}; "
                 "index into an empty directory to change models"
             )
+        if older:
+            self._upgrade()
+        self._index_ids()
 
-    def _check_layout(self) -> None:
+    def _check_layout(self) -> bool:
+        """Refuse a table this sink cannot use; return whether it is of layout 1, which :meth:`_upgrade` upgrades."""
         found = self.table.schema
         layout = (found.metadata or {}).get(_FORMAT_KEY)
-        if layout != FORMAT.encode():
+        older_names = [name for name in schema(1).names if name not in _ADDED_COLUMNS]
+        older = layout == _UPGRADABLE.encode() and found.names == older_names
+        if layout != FORMAT.encode() and not older:
             raise StateMismatchError(
                 f"the table {self.name!r} in {self.directory} is not a streamdedup index of layout {FORMAT} "
                 f"(its layout: {None if layout is None else layout.decode()!r}); index into an empty directory"
@@ -212,6 +223,53 @@ class LanceDBSink:
                 f"the index in {self.directory} holds vectors of {size} dimensions, not {self._dimensions}; "
                 "index into an empty directory to change models"
             )
+        return older
+
+    def _upgrade(self) -> None:
+        """Upgrade a table of layout 1 to layout 2: every row gets ``current`` true and ``outdated_by`` null.
+
+        That is right for every row: the versions that wrote layout 1 outdated no chunk, and chunks become outdated
+        only under lineage rules, which change the engine's parameters, so their outputs are indexed anew anyway.
+
+        LanceDB 0.40 has no call that sets a local table's schema metadata alone (``add_columns`` and
+        ``update_field_metadata`` leave it as it is; an append or a ``merge_insert`` keeps the table's own), so the
+        layout is written as when the table is created: by rows written under a schema that carries it. The rows
+        are read in batches and written back with the two columns in one ``add(mode="overwrite")``, under the
+        table's own fields and metadata plus the two columns and layout 2. Vectors are copied, not embedded again;
+        the files of layout 1 stay until :meth:`optimize` removes versions older than ``keep_versions``.
+
+        A crash midway is safe to re-run: the overwrite is one commit, so before it the table is still of layout 1
+        and the next open upgrades it from the start; after it only the ``chunk_id`` index can be missing (an
+        overwrite drops indices), and every open builds that index when it is missing (:meth:`_index_ids`). An ANN
+        index someone added to ``vector`` is dropped too (searches stay exact, flat); add it again if wanted. Rows
+        that a writer of an older version adds during the upgrade would be lost: stop older writers first.
+        """
+        found = self.table.schema
+        upgraded = pa.schema(
+            [*found, *(schema(self._dimensions).field(name) for name in _ADDED_COLUMNS)],
+            metadata={**(found.metadata or {}), _FORMAT_KEY: FORMAT.encode()},
+        )
+
+        def batches(reader: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
+            for batch in reader:
+                size = batch.num_rows
+                added = [pa.array([True] * size, pa.bool_()), pa.nulls(size, pa.string())]
+                yield pa.RecordBatch.from_arrays([*batch.columns, *added], schema=upgraded)
+
+        with _calling("upgrade the index", self.directory):
+            rows = self.table.count_rows()
+            reader = self.table.search().select(found.names).limit(None).to_batches(batch_size=_UPGRADE_BATCH)
+            self.table.add(pa.RecordBatchReader.from_batches(upgraded, batches(reader)), mode="overwrite")
+        logger.info(
+            "upgraded the index table %s in %s from layout %s to %s: %d rows, each current, outdated by none",
+            self.name, self.directory, _UPGRADABLE, FORMAT, rows,
+        )  # fmt: skip
+
+    def _index_ids(self) -> None:
+        """Build the ``chunk_id`` index when the table lacks it: after an upgrade, or a crash right after creating."""
+        with _calling("index chunk ids", self.directory):
+            if not any(index.columns == ["chunk_id"] for index in self.table.list_indices()):
+                self.table.create_index("chunk_id", config=BTree())
 
     def _stored_model(self) -> str | None:
         with _calling("read the index", self.directory):
