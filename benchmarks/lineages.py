@@ -3,11 +3,12 @@
     python -m benchmarks.lineages [--sources N]
 
 The sample of ``benchmarks.index``: ``N`` pages (default 100) that both Django releases of ``benchmarks.retrieval``
-have, both copies of each, as one folder ``<release>/<page>``. ``streamdedup run`` makes the outputs once; then
-``streamdedup index --from`` indexes them twice, each into an empty index with the default embedder, as a user runs
-it: without lineage rules, and with ``STREAMDEDUP_LINEAGE_RULES={"django": ["{version}/{page...}"]}``. Reported:
-canonical chunks, the ``semantic`` review flags each index raised and their share of the canonical chunks, the
-pairs the lineage resolved instead (``audit``, action ``resolved``), and a sample of the pairs still flagged.
+have, both copies of each, as one folder ``<release>/<page>``. ``streamdedup run`` and ``streamdedup index --from``
+(into an empty index, the default embedder) run twice, as a user runs them: without lineage rules, and with
+``STREAMDEDUP_LINEAGE_RULES={"django": ["{version}/{page...}"]}``. Reported: canonical chunks, the outdated ones,
+the ``semantic`` review flags each index raised and their share of the canonical chunks, the engine's
+``fact_conflict`` flags left open, the pairs the lineage resolved instead (``audit``, action ``resolved``), and a
+sample of the pairs still flagged.
 """
 
 from __future__ import annotations
@@ -21,36 +22,55 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import save
-from benchmarks.index import DEFAULT_SOURCES, build_sample, command, common_pages, read_outputs, run_into
+from benchmarks.index import DEFAULT_SOURCES, build_sample, command, common_pages, run_into
 from benchmarks.retrieval import RELEASES, corpus
 
 RULES = {"django": ["{version}/{page...}"]}
 TARGET_SHARE = 0.02  # semantic flags per canonical chunk, with the rule
 
 
-def _index(outputs: Path, index: Path, records: Path, rules: dict[str, Any] | None) -> dict[str, Any]:
-    """Index ``outputs`` with ``streamdedup index`` (rules in the environment, if any); count what it wrote."""
+def _run(sample: Path, scratch: Path, rules: dict[str, Any] | None) -> dict[str, Any]:
+    """Run and index ``sample`` (rules in the environment, if any); count what the outputs and the index hold."""
     env_rules = os.environ.pop("STREAMDEDUP_LINEAGE_RULES", None)
+    outputs, records = scratch / "outputs.jsonl", scratch / "records.jsonl"
     try:
         if rules is not None:
             os.environ["STREAMDEDUP_LINEAGE_RULES"] = json.dumps(rules)
+        run_into(sample, scratch, outputs)
         seconds = command(
-            "index", "--into", f"lancedb://{index}", "--from", str(outputs), "--reviews", str(records)
+            "index",
+            "--into",
+            f"lancedb://{scratch / 'index'}",
+            "--from",
+            str(outputs),
+            "--reviews",
+            str(records),
         )
     finally:
         os.environ.pop("STREAMDEDUP_LINEAGE_RULES", None)
         if env_rules is not None:
             os.environ["STREAMDEDUP_LINEAGE_RULES"] = env_rules
-    flags: dict[str, dict[str, Any]] = {}
+    chunks: dict[str, Any] = {}
+    queue: dict[str, Any] = {}
     resolved: dict[str, dict[str, Any]] = {}
-    for line in records.read_text().splitlines():
+    for line in [*outputs.read_text().splitlines(), *records.read_text().splitlines()]:
         record = json.loads(line)
-        value = record["value"]
-        if record["topic"] == "review" and value is not None and value.get("reason") == "semantic":
-            flags[record["key"]] = value
-        elif record["topic"] == "audit" and value is not None and value.get("action") == "resolved":
+        topic, value = record["topic"], record["value"]
+        if topic == "canonical-chunks":
+            chunks[record["key"]] = value
+        elif topic == "review":
+            queue[record["key"]] = value
+        elif topic == "audit" and value is not None and value.get("action") == "resolved":
             resolved[record["key"]] = value
-    return {"seconds": seconds, "flags": flags, "resolved": resolved}
+    return {
+        "seconds": seconds,
+        "canonical": sum(v is not None for v in chunks.values()),
+        "outdated": sum(v is not None and v.get("current") is False for v in chunks.values()),
+        "flags": {k: v for k, v in queue.items() if v is not None and v["reason"] == "semantic"},
+        "facts_open": sum(v is not None and v["reason"] == "fact_conflict" for v in queue.values()),
+        "resolved": resolved,
+        "holders": _holders(outputs),
+    }
 
 
 def _holders(outputs: Path) -> dict[str, set[str]]:
@@ -93,25 +113,21 @@ def main() -> None:
         scratch = Path(scratch_name)
         sample = scratch / "sample"
         build_sample(folder, pages, sample)
-        outputs = scratch / "outputs.jsonl"
-        run_into(sample, scratch, outputs)
-        engine = read_outputs(outputs)
-        canonical = engine["canonical_chunks"]
-        print(f"{len(pages)} pages, both releases: {canonical:,} canonical chunks", flush=True)
         runs: dict[str, dict[str, Any]] = {}
-        holders = _holders(outputs)
         for name, rules in (("without", None), ("with", RULES)):
             started = time.perf_counter()
-            runs[name] = _index(outputs, scratch / f"index-{name}", scratch / f"records-{name}.jsonl", rules)
-            runs[name]["kinds"] = _kinds(runs[name]["flags"], holders)
+            (scratch / name).mkdir()
+            run = runs[name] = _run(sample, scratch / name, rules)
+            run["kinds"] = _kinds(run["flags"], run.pop("holders"))
             print(
-                f"{name} the rule: {len(runs[name]['flags']):,} semantic flags "
-                f"({len(runs[name]['flags']) / canonical:.1%} of canonical chunks), "
-                f"{len(runs[name]['resolved']):,} resolved by the lineage ({time.perf_counter() - started:.0f} s); "
-                f"flags by kind: {runs[name]['kinds']}",
+                f"{name} the rule: {run['canonical']:,} canonical chunks, {run['outdated']:,} outdated; "
+                f"{len(run['flags']):,} semantic flags ({len(run['flags']) / run['canonical']:.1%}), "
+                f"{run['facts_open']:,} fact flags open, {len(run['resolved']):,} pairs resolved by the lineage "
+                f"({time.perf_counter() - started:.0f} s); flags by kind: {run['kinds']}",
                 flush=True,
             )
     kept = runs["with"]["flags"]
+    canonical = runs["with"]["canonical"]
     save(
         "lineages",
         {
@@ -119,10 +135,14 @@ def main() -> None:
             "releases": list(RELEASES),
             "canonical_chunks": canonical,
             "rules": RULES,
+            "canonical_without": runs["without"]["canonical"],
+            "outdated_with": runs["with"]["outdated"],
+            "facts_open_without": runs["without"]["facts_open"],
+            "facts_open_with": runs["with"]["facts_open"],
             "flags_without": len(runs["without"]["flags"]),
             "flags_with": len(kept),
             "resolved_with": len(runs["with"]["resolved"]),
-            "share_without": len(runs["without"]["flags"]) / canonical,
+            "share_without": len(runs["without"]["flags"]) / runs["without"]["canonical"],
             "share_with": len(kept) / canonical,
             "kinds_without": runs["without"]["kinds"],
             "kinds_with": runs["with"]["kinds"],

@@ -14,25 +14,29 @@ def section(lines: list[str]) -> None:
         return
     canonical = result["canonical_chunks"]
     share, target = result["share_with"], result["target_share"]
+    rules = json.dumps(result["rules"])
     lines += [
         f"Machine: {machine_of(result)}. Command: `{result['command']}`.",
         "",
         f"{result['pages']} pages that both Django releases ({', '.join(result['releases'])}) have, both copies of "
-        f"each, one folder `<release>/<page>`: {canonical:,} canonical chunks after `streamdedup run`. Each "
-        "`streamdedup index --from` below indexes them into an empty index with the default embedder.",
+        "each, one folder `<release>/<page>`, run with `streamdedup run` and indexed with `streamdedup index "
+        "--from` into an empty index with the default embedder: without lineage rules, and with "
+        f"`STREAMDEDUP_LINEAGE_RULES={rules}`.",
         "",
-        "| `streamdedup index` | semantic flags | share of canonical chunks | resolved by the lineage (`audit`) |",
-        "|---|---:|---:|---:|",
-        f"| without lineage rules | {result['flags_without']:,} | {result['share_without']:.1%} | 0 |",
-        f"| with `STREAMDEDUP_LINEAGE_RULES={json.dumps(result['rules'])}` | {result['flags_with']:,} | "
-        f"{share:.1%} | {result['resolved_with']:,} |",
+        "| run | canonical chunks | outdated | semantic flags | share of canonical chunks | fact flags open | "
+        "resolved by the lineage (`audit`) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| without lineage rules | {result['canonical_without']:,} | 0 | {result['flags_without']:,} | "
+        f"{result['share_without']:.1%} | {result['facts_open_without']:,} | 0 |",
+        f"| with the rule | {canonical:,} | {result['outdated_with']:,} | {result['flags_with']:,} | {share:.1%} | "
+        f"{result['facts_open_with']:,} | {result['resolved_with']:,} |",
         "",
         f"- Target: semantic flags at most {target:.0%} of canonical chunks with the rule: {share:.1%}, "
         f"{check(share <= target)}.",
         "",
         "Where the texts of each flagged pair are (from the run's source mappings):",
         "",
-        "| `streamdedup index` | one document holds both | one page, other releases | different pages |",
+        "| run | one document holds both | one page, other releases | different pages |",
         "|---|---:|---:|---:|",
     ]
     for name, kinds in (
@@ -42,8 +46,9 @@ def section(lines: list[str]) -> None:
         lines.append(f"| {name} | " + " | ".join(f"{n:,}" for n in kinds.values()) + " |")
     lines += [
         "",
-        "A rule resolves pairs of one page in other releases. Two passages that one document holds both of, and",
-        "passages of different pages, are not versions of one another: no lineage relates them, and they stay.",
+        "The writer flags neither two passages that one document holds both of nor texts too short for the",
+        "engine's near-copy test (`streamdedup.index.semantic`); a rule resolves the pairs of one page in other",
+        "releases, semantic and the engine's fact flags alike. Passages of different pages stay flagged.",
         "",
     ]
     if result["kept_sample"]:

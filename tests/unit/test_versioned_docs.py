@@ -1,5 +1,5 @@
-"""``streamdedup eval`` on several releases of one public documentation: outdated passages, with and without
-``current_only``.
+"""Several releases of one public documentation, as a user runs them: ``streamdedup eval``'s outdated passages,
+with and without ``current_only``, and the review queue ``streamdedup index`` leaves with a lineage rule.
 
 The feed is Click's documentation (``docs/*.rst``) from the sdists of three releases, downloaded from PyPI with
 pip once per cache (the pytest cache when it is on, a session temporary folder otherwise), laid out as
@@ -18,8 +18,10 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
 from streamdedup.cli.evaluate import eval_command
+from streamdedup.cli.main import app
 from streamdedup.settings import Settings
 
 CLICK_RELEASES = ("7.1.2", "8.0.4", "8.1.7")
@@ -99,3 +101,35 @@ def test_without_lineage_rules_nothing_is_outdated(tmp_path, click_docs):
     assert data["outdated_share"]["without_filter"] == data["outdated_share"]["with_filter"] == 0.0
     same = ("entries", "results", "redundant_results", "unique_sources")
     assert {n: data["current_only"][n] for n in same} == {n: data["with_dedup"][n] for n in same}
+
+
+def _review_queue(tmp_path: Path, docs: Path, rules: dict[str, Any] | None) -> tuple[int, dict[str, Any]]:
+    """Run and index ``docs`` as a user would (``streamdedup run``, then ``streamdedup index`` with the default
+    embedder); return the canonical chunks and the last value of each review key (the queue, resolved ones null)."""
+    settings = ["--set", f"lineage_rules={json.dumps(rules)}"] if rules else []
+    out, reviews = tmp_path / "out.jsonl", tmp_path / "reviews.jsonl"
+    for command in (
+        ["run", str(docs), "--state", str(tmp_path / "state"), "--out", str(out), "--collection", COLLECTION],
+        ["index", "--into", f"lancedb://{tmp_path / 'index'}", "--from", str(out), "--reviews", str(reviews)],
+    ):
+        result = CliRunner().invoke(app, [*settings, *command])
+        assert result.exit_code == 0, result.output
+    chunks: dict[str, Any] = {}
+    queue: dict[str, Any] = {}
+    for line in [*out.read_text().splitlines(), *reviews.read_text().splitlines()]:
+        record = json.loads(line)
+        if record["topic"] == "canonical-chunks":
+            chunks[record["key"]] = record["value"]
+        elif record["topic"] == "review":
+            queue[record["key"]] = record["value"]
+    return sum(v is not None for v in chunks.values()), queue
+
+
+def test_semantic_flags_are_at_most_2_percent_of_the_canonical_chunks(tmp_path, click_docs):
+    canonical, queue = _review_queue(tmp_path / "with", click_docs, RULES)
+    semantic = [v for v in queue.values() if v is not None and v["reason"] == "semantic"]
+    assert canonical > 1000 and len(semantic) <= 0.02 * canonical, (len(semantic), canonical)
+    # Not by flagging nothing: without the rule, pairs between versions of one page are flagged too.
+    _, unresolved = _review_queue(tmp_path / "without", click_docs, None)
+    flagged = [v for v in unresolved.values() if v is not None and v["reason"] == "semantic"]
+    assert len(flagged) > len(semantic) > 0
