@@ -12,10 +12,12 @@ import pytest
 
 from streamdedup.contract.codec import decode_event
 from streamdedup.core import kernels
+from streamdedup.core.engine import Engine
 from streamdedup.core.messages import STAGES
 from streamdedup.core.model import DeleteEvent
+from streamdedup.core.params import EngineParams
 from streamdedup.testing.invariants import check_invariants
-from streamdedup.testing.random_feeds import random_feed
+from streamdedup.testing.random_feeds import LINEAGE_RULES, ParagraphPool, lineage_feed, random_feed
 from streamdedup.testing.reference import Reference, live_sources
 from tests.helpers import run_embedded, upsert
 from tests.integration.harness import Deployment
@@ -191,3 +193,19 @@ def test_poison_inputs_go_to_the_dlq_and_the_rest_is_processed(deployment, engin
     dead = sum(v for k, v in samples.items() if k.startswith("streamdedup_dead_letters_total"))
     assert samples["streamdedup_events_processed_total"] + dead == samples["streamdedup_events_in_total"]
     assert dead == len(poison)
+
+
+def test_lineages_on_the_broker_reach_the_reference(deployment):
+    # Versions of documents arrive in any order, the newest are deleted, members move between lineages: the
+    # collection stage elects on its partition and tells the source partitions through the stage topics.
+    engine = Engine(EngineParams(lineage_rules=LINEAGE_RULES))
+    rng = random.Random(11)
+    events = lineage_feed(rng, events=60, pool=ParagraphPool(rng, families=2))
+    deployment.start_worker(env={"STREAMDEDUP_LINEAGE_RULES": LINEAGE_RULES})
+    deployment.produce(events)
+    deployment.wait_until_idle()
+    view = deployment.view()
+    live = live_sources(events, engine.params)
+    assert check_invariants(view, live, threshold=0.8, shingle_size=5) == []
+    assert view.compacted(with_revision=False) == Reference(engine, live).compacted()
+    assert any(chunk.get("current") is False for chunk in view.chunks.values())

@@ -15,7 +15,13 @@ from streamdedup.contract.codec import encode_event
 from streamdedup.core.messages import Output
 from streamdedup.core.output_view import View
 from streamdedup.drivers.rebuild import RetainedFeed
-from streamdedup.testing.random_feeds import ParagraphPool, random_feed, with_decisions
+from streamdedup.testing.random_feeds import (
+    LINEAGE_RULES,
+    ParagraphPool,
+    lineage_feed,
+    random_feed,
+    with_decisions,
+)
 
 runner = CliRunner()
 NEW = ("--set", "threshold=0.85", "--set", "shingle_size=3")
@@ -115,3 +121,19 @@ def test_a_rebuild_goes_into_a_new_state_only(tmp_path, history):
         assert result.exit_code != 0 and says in " ".join(result.output.split())
     refused = runner.invoke(app, [*NEW, "run", str(first), "--state", str(old), "--out", "-"])
     assert refused.exit_code != 0 and "--rebuild-from" in " ".join(refused.output.split())
+
+
+def test_a_rebuild_under_lineage_rules_marks_outdated_chunks_with_no_input_read_again(tmp_path):
+    rng = random.Random(3)
+    events = lineage_feed(rng, events=60, pool=ParagraphPool(rng, families=2))
+    feed = tmp_path / "feed.jsonl"
+    feed.write_bytes(b"".join(encode_event(e) + b"\n" for e in events))
+    old, new, ref = tmp_path / "old", tmp_path / "new", tmp_path / "ref"
+    rules = ("--set", f"lineage_rules={LINEAGE_RULES}")
+    run("run", feed, "--state", old, "--out", tmp_path / "old.jsonl")
+    run(*rules, "run", "--state", new, "--rebuild-from", old, "--out", tmp_path / "new.jsonl")
+    run(*rules, "run", feed, "--state", ref, "--out", tmp_path / "ref.jsonl")
+    assert view_of(tmp_path / "new.jsonl") == view_of(tmp_path / "ref.jsonl")
+    rebuilt = [json.loads(line)["value"] for line in (tmp_path / "new.jsonl").read_text().splitlines()]
+    assert any(v and v.get("current") is False for v in rebuilt)
+    assert not any('"current"' in line for line in (tmp_path / "old.jsonl").read_text().splitlines())
