@@ -130,3 +130,19 @@ def stop(process: subprocess.Popen, seconds: float = 30) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=seconds)
+
+
+class DictState:
+    """One partition's state in a dict, as a stage handler sees it (get, put, delete; no multi-get)."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes | None:
+        return self.values.get(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        self.values[key] = value
+
+    def delete(self, key: str) -> None:
+        self.values.pop(key, None)

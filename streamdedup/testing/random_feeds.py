@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from streamdedup.core.model import (
     PAIR_DECISIONS,
@@ -69,15 +70,19 @@ class ParagraphPool:
             self.texts.append(" ".join(rng.choice(_VOCABULARY) for _ in range(rng.randint(1, 9))))
 
 
-def random_feed(
-    rng: random.Random, *, sources: int = 6, events: int = 30, pool: ParagraphPool | None = None
+def _history(
+    rng: random.Random,
+    names: list[str],
+    events: int,
+    acl_below: float,
+    upsert: Callable[[str, int], UpsertEvent],
 ) -> list[InputEvent]:
-    """Return a feed of upserts, deletes, ACL changes, replays and stale versions over a few sources."""
-    pool = pool or ParagraphPool(rng)
+    """Return ``events`` events over the sources ``names``: replays of earlier events (possibly older than the
+    source's current version), deletes, ACL changes (a roll below ``acl_below``) and ``upsert(source_id, version)``."""
     versions: dict[str, int] = {}
     feed: list[InputEvent] = []
     for _ in range(events):
-        source_id = f"src-{rng.randrange(sources)}"
+        source_id = rng.choice(names)
         roll = rng.random()
         if feed and roll < 0.1:
             feed.append(rng.choice(feed))  # replay of an earlier event, possibly older than the current one
@@ -86,20 +91,32 @@ def random_feed(
         versions[source_id] = version
         if roll < 0.25:
             feed.append(DeleteEvent(source_id=source_id, version=version))
-        elif roll < 0.4:
+        elif roll < acl_below:
             feed.append(AclEvent(source_id=source_id, version=version, acl=rng.choice(ACLS)))
         else:
-            chunks = tuple(rng.choice(pool.texts) for _ in range(rng.randint(1, 3)))
-            attrs = SourceAttrs(
-                acl=rng.choice(ACLS),
-                modified_at=rng.randint(1, 5) * 86_400_000_000,
-                authority=rng.choice((0, 0, 1)),
-                uri=f"https://docs.example/{source_id}",
-                # A title that comes and goes with the versions (drawing nothing, so the feeds stay the same).
-                title=f"{source_id} v{version}" if version % 2 else None,
-            )
-            feed.append(UpsertEvent(source_id=source_id, version=version, attrs=attrs, chunks=chunks))
+            feed.append(upsert(source_id, version))
     return feed
+
+
+def random_feed(
+    rng: random.Random, *, sources: int = 6, events: int = 30, pool: ParagraphPool | None = None
+) -> list[InputEvent]:
+    """Return a feed of upserts, deletes, ACL changes, replays and stale versions over a few sources."""
+    texts = (pool or ParagraphPool(rng)).texts
+
+    def upsert(source_id: str, version: int) -> UpsertEvent:
+        chunks = tuple(rng.choice(texts) for _ in range(rng.randint(1, 3)))
+        attrs = SourceAttrs(
+            acl=rng.choice(ACLS),
+            modified_at=rng.randint(1, 5) * 86_400_000_000,
+            authority=rng.choice((0, 0, 1)),
+            uri=f"https://docs.example/{source_id}",
+            # A title that comes and goes with the versions (drawing nothing, so the feeds stay the same).
+            title=f"{source_id} v{version}" if version % 2 else None,
+        )
+        return UpsertEvent(source_id=source_id, version=version, attrs=attrs, chunks=chunks)
+
+    return _history(rng, [f"src-{n}" for n in range(sources)], events, 0.4, upsert)
 
 
 def lineage_feed(
@@ -108,42 +125,27 @@ def lineage_feed(
     """Return a feed over the versions of two guides (:data:`LINEAGE_RULES`) and two notes that name their lineage
     in some upserts (else they are in none): members arrive in any order, the newest is deleted and comes back,
     members move to another lineage; with replays, stale versions and ACL changes as in :func:`random_feed`."""
-    pool = pool or ParagraphPool(rng)
+    texts = (pool or ParagraphPool(rng)).texts
     names = [f"guide/{g}/v{v}" for g in ("a", "b") for v in ("1", "2", "2-final", "10")]
     names += ["notes/n1", "notes/n2"]
-    versions: dict[str, int] = {}
-    feed: list[InputEvent] = []
-    for _ in range(events):
-        source_id = rng.choice(names)
-        roll = rng.random()
-        if feed and roll < 0.1:
-            feed.append(rng.choice(feed))
-            continue
-        version = versions.get(source_id, 0) + rng.randint(1, 2)
-        versions[source_id] = version
-        if roll < 0.25:
-            feed.append(DeleteEvent(source_id=source_id, version=version))
-        elif roll < 0.35:
-            feed.append(AclEvent(source_id=source_id, version=version, acl=rng.choice(ACLS)))
-        else:
-            chunks = tuple(rng.choice(pool.texts) for _ in range(rng.randint(1, 3)))
-            attrs = SourceAttrs(acl=rng.choice(ACLS), modified_at=rng.randint(1, 5) * 86_400_000_000)
-            collection = "archive" if rng.random() < 0.2 else "default"
-            # Notes name their lineage themselves, now and then: by a version, or by modified_at.
-            lineage = "notes" if source_id.startswith("notes/") and rng.random() < 0.7 else None
-            version_text = rng.choice(("1", "2", None)) if lineage else None
-            feed.append(
-                UpsertEvent(
-                    source_id=source_id,
-                    version=version,
-                    attrs=attrs,
-                    chunks=chunks,
-                    collection=collection,
-                    lineage=lineage,
-                    lineage_version=version_text,
-                )
-            )
-    return feed
+
+    def upsert(source_id: str, version: int) -> UpsertEvent:
+        chunks = tuple(rng.choice(texts) for _ in range(rng.randint(1, 3)))
+        attrs = SourceAttrs(acl=rng.choice(ACLS), modified_at=rng.randint(1, 5) * 86_400_000_000)
+        collection = "archive" if rng.random() < 0.2 else "default"
+        # Notes name their lineage themselves, now and then: by a version, or by modified_at.
+        lineage = "notes" if source_id.startswith("notes/") and rng.random() < 0.7 else None
+        return UpsertEvent(
+            source_id=source_id,
+            version=version,
+            attrs=attrs,
+            chunks=chunks,
+            collection=collection,
+            lineage=lineage,
+            lineage_version=rng.choice(("1", "2", None)) if lineage else None,
+        )
+
+    return _history(rng, names, events, 0.35, upsert)
 
 
 def pair_decision(kind: str, a: str, b: str, version: int, *, by: str = "reviewer") -> DecisionEvent:

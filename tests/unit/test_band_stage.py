@@ -16,6 +16,7 @@ from streamdedup.core.stages.bands import (
     members,
 )
 from streamdedup.core.stages.context import StageContext
+from tests.helpers import DictState
 
 # Few ids and keys, so buckets fill, members collide and joins meet leaves. Two hashes share an id (their first
 # 16 hex digits) and differ after it, as two texts whose ids collide do.
@@ -97,25 +98,9 @@ def test_a_malformed_content_hash_is_refused_as_the_python_twin_refuses_it():
         apply_in_python(ops, _reader({}, []), 10)
 
 
-class _GetOnly:
-    """A partition state without a multi-get."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, bytes] = {}
-
-    def get(self, key: str) -> bytes | None:
-        return self.values.get(key)
-
-    def put(self, key: str, value: bytes) -> None:
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.values.pop(key, None)
-
-
 def test_the_stage_reads_key_by_key_where_the_state_has_no_multi_get():
     stage = BandStage(StageContext.of(EngineParams()))
-    state = _GetOnly()
+    state = DictState()
     a, b = _HASHES[:2]
     assert stage.handle([BandJoin(a, 1, ("k1",)), BandJoin(b, 1, ("k1", "k2"))], state) == [
         BandAck(a, 1, ("k1",), ()),
@@ -179,7 +164,7 @@ def test_member_records_are_the_buckets_turned_around_and_rebuild_them(choice, b
         kernels.use(held)
 
 
-class _Stored(_GetOnly):
+class _Stored(DictState):
     """A partition state over a given dict."""
 
     def __init__(self, values: dict[str, bytes]) -> None:

@@ -14,30 +14,15 @@ from streamdedup.core.model import DeleteEvent, SourceAttrs, UpsertEvent
 from streamdedup.core.params import EngineParams
 from streamdedup.core.stages.lineages import elect, newest
 from streamdedup.core.state import LineageMemberRecord, SourceRecord
+from tests.helpers import DictState
 
 SOURCES = ["s1", "s2", "s3", "s4"]
-
-
-class _State:
-    """One partition of a memory store, as a handler sees it."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, bytes] = {}
-
-    def get(self, key: str) -> bytes | None:
-        return self.values.get(key)
-
-    def put(self, key: str, value: bytes) -> None:
-        self.values[key] = value
-
-    def delete(self, key: str) -> None:
-        self.values.pop(key, None)
 
 
 def _deliver(batches: list[list[LineageMember]], versions: dict[str, int]) -> dict[str, LineageStatus]:
     """Run the batches; return the status each source keeps at its last version: the highest numbered one about
     that version."""
-    state = _State()
+    state = DictState()
     heard: dict[str, LineageStatus] = {}
     for batch in batches:
         for status in elect(batch, state):
@@ -80,7 +65,7 @@ def test_the_newest_live_member_is_current_and_every_other_live_member_is_told_s
 def test_the_seeds_policy_versions_and_the_newest_deleted():
     names = {v: f"drive:policies/travel-policy-v{v}.pdf" for v in ("2", "2-final", "2-final-signed")}
     joins = [_member(name, 1, version_key(v)) for v, name in names.items()]
-    state = _State()
+    state = DictState()
     told = {s.source_id: s.outdated_by for s in elect(joins, state)}
     signed, final = names["2-final-signed"], names["2-final"]
     assert told == {names["2"]: signed, final: signed, signed: ""}
@@ -99,12 +84,12 @@ def _upsert(source_id: str, version: int, collection: str = "docs") -> UpsertEve
     return UpsertEvent(source_id=source_id, version=version, attrs=ATTRS, text=TEXT, collection=collection)
 
 
-def _record(state: _State, source_id: str) -> SourceRecord:
+def _record(state: DictState, source_id: str) -> SourceRecord:
     return msgspec.msgpack.decode(state.values[source_id], type=SourceRecord)
 
 
 def test_a_source_joins_leaves_and_moves_between_lineages():
-    state = _State()
+    state = DictState()
     out = ENGINE.handle("source", [_upsert("guide/a/v2", 1)], state)
     assert [m for m in out if isinstance(m, LineageMember)] == [
         LineageMember("docs", "guide/a/v{version}", "guide/a/v2", 1, version_key("2"))
@@ -123,7 +108,7 @@ def test_a_source_joins_leaves_and_moves_between_lineages():
 
 
 def test_a_source_takes_only_the_newest_status_about_the_version_it_joined_with():
-    state = _State()
+    state = DictState()
     ENGINE.handle("source", [_upsert("guide/a/v1", 4)], state)
     lineage = "guide/a/v{version}"
 
