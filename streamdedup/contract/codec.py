@@ -243,7 +243,7 @@ def _upsert(data: dict[str, Any], source_id: str, version: int, limits: EventLim
     )
     lineage = _string(data, "lineage", required=False, max_length=limits.string_chars)
     lineage_version = _string(data, "lineage_version", required=False, max_length=limits.string_chars)
-    if lineage == "":
+    if lineage is not None and not _no_control_characters(lineage, "lineage"):
         raise InvalidEventError("must not be empty", field="lineage")
     if lineage is None and lineage_version is not None:
         raise InvalidEventError("is only meaningful with 'lineage'", field="lineage_version")

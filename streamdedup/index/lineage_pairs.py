@@ -2,14 +2,14 @@
 
 Versioned documentation holds the same page once per release; an edited paragraph (a changed link, an added
 sentence) is a new text, close to the old one, and the writer's semantic search finds the pair. When the two texts
-are held by different versions of one lineage (:mod:`streamdedup.core.lineage`, ``STREAMDEDUP_LINEAGE_RULES``),
-and no version holds both, the pair is one passage as it changed between versions: the writer records it in
-``audit`` (action ``resolved``, reason ``lineage``) instead of asking a reviewer, unless the rule says
-``"review": true``. A pair that some version holds both sides of is two passages of one document, and is flagged
-as before; so is a pair whose sides share no lineage.
+are held only by versions of one lineage (:mod:`streamdedup.core.lineage`, ``STREAMDEDUP_LINEAGE_RULES``), every
+source of either text a member, and no version holds both, the pair is one passage as it changed between versions:
+the writer records it in ``audit`` (action ``resolved``, reason ``lineage``) instead of asking a reviewer, unless
+the rule says ``"review": true``. A pair whose sides share no lineage is flagged as before, and so is one that a
+source outside the lineage holds a side of (another page, a copy elsewhere: that text is not only an old version).
 
 The engine's ``fact_conflict`` flags (two near copies that state different facts) are resolved the same way: a
-flag whose texts are held by different versions of one lineage, none holding both, is the fact as it changed
+flag whose texts are held only by different versions of one lineage, none holding both, is the fact as it changed
 between versions, and the writer writes its ``audit`` record and the flag's tombstone (:meth:`LineagePairs.facts`).
 The writer reads the flags from ``review`` with the other outputs; a flag whose texts have no row yet stays open.
 
@@ -22,6 +22,8 @@ Output records name no collection, so a source id takes the first rule of any co
 >>> found.lineage, found.a, found.b
 ('docs/{version}/intro.txt', ('5.1',), ('5.2', '6.0'))
 >>> pairs.versions(("docs/5.1/intro.txt",), ("docs/5.1/intro.txt", "docs/5.2/intro.txt")) is None
+True
+>>> pairs.versions(("docs/5.1/intro.txt", "web/faq.txt"), ("docs/5.2/intro.txt",)) is None  # a copy elsewhere
 True
 """
 
@@ -63,15 +65,24 @@ class LineagePairs:
         self.rules = rules
 
     def versions(self, a: Iterable[str], b: Iterable[str]) -> Versions | None:
-        """Return the lineage whose members hold the texts of sources ``a`` and ``b``, none holding both, or None."""
-        mine, theirs = self.rules.members(a), self.rules.members(b)
-        for lineage in sorted(mine.keys() & theirs.keys()):
-            (held_a, rule), (held_b, _) = mine[lineage], theirs[lineage]
-            if held_a.keys().isdisjoint(held_b.keys()):
-                return Versions(
-                    lineage, ordered_versions(held_a.values()), ordered_versions(held_b.values()), rule.review
-                )
-        return None
+        """Return the lineage whose members are every source of the texts ``a`` and ``b`` hold, none holding both,
+        or None: a text that a source outside the lineage also holds (another page, a copy elsewhere) is not only a
+        version of this document, and its pair is left to a reviewer."""
+        sources_a, sources_b = set(a), set(b)
+        mine, theirs = self.rules.members(sources_a), self.rules.members(sources_b)
+        if len(mine) != 1 or mine.keys() != theirs.keys():
+            return None
+        lineage = next(iter(mine))
+        (held_a, rule), (held_b, _) = mine[lineage], theirs[lineage]
+        if (
+            held_a.keys() != sources_a
+            or held_b.keys() != sources_b
+            or not held_a.keys().isdisjoint(held_b.keys())
+        ):
+            return None
+        return Versions(
+            lineage, ordered_versions(held_a.values()), ordered_versions(held_b.values()), rule.review
+        )
 
     def facts(
         self,
@@ -79,13 +90,14 @@ class LineagePairs:
         view: ViewWriter,
         touched: Iterable[str],
         row_of: Callable[[str], Row | None],
-    ) -> tuple[list[Output], dict[str, bytes]]:
+    ) -> tuple[list[Output], dict[str, bytes | None]]:
         """Resolve the engine's ``fact_conflict`` flags whose texts (their rows, by ``row_of``) are versions of one
         lineage: those in ``records``, and those ``view`` kept open from earlier batches whose texts are among the
         ``touched`` chunk ids.
 
         Return each resolved flag's ``audit`` record and tombstone, and the extras to commit with the batch: flags
-        still open (a text without a row yet: the flag comes before the newer text's records), and those closed.
+        still open (a text without a row yet: the flag comes before the newer text's records), and the deletion of
+        those decided since (None).
         """
         flags: dict[str, tuple[str, str] | None] = {}
         for chunk_id in sorted(touched):
@@ -103,23 +115,24 @@ class LineagePairs:
                         None if flag is None else (flag["a"]["content_hash"], flag["b"]["content_hash"])
                     )
         resolved: list[Output] = []
-        extras: dict[str, bytes] = {}
+        extras: dict[str, bytes | None] = {}
         for key, hashes in flags.items():
-            if hashes is None:  # a reviewer decided the pair, or the engine withdrew the flag
-                if view.extra(_OPEN + key):
-                    extras[_OPEN + key] = b""
-                continue
-            rows = row_of(hashes[0]), row_of(hashes[1])
-            if (
-                rows[0] is None or rows[1] is None
-            ):  # not decidable yet: looked at again when a text gets its row
-                extras[_OPEN + key] = ":".join(hashes).encode()
-                extras.update({f"{_BY_TEXT}{h}:{key}": b"1" for h in hashes})
-                continue
-            extras[_OPEN + key] = b""
-            versions = self.versions(rows[0].source_ids, rows[1].source_ids)
-            if versions is not None and not versions.review:
-                resolved.extend([self.audit(key, *hashes, versions), Output("review", key, None)])
+            held = view.extra(_OPEN + key)
+            if hashes is not None:
+                rows = row_of(hashes[0]), row_of(hashes[1])
+                if (
+                    rows[0] is None or rows[1] is None
+                ):  # not decidable yet: looked at when a text gets its row
+                    extras[_OPEN + key] = ":".join(hashes).encode()
+                    extras.update({f"{_BY_TEXT}{h}:{key}": b"1" for h in hashes})
+                    continue
+                versions = self.versions(rows[0].source_ids, rows[1].source_ids)
+                if versions is not None and not versions.review:
+                    resolved.extend([self.audit(key, *hashes, versions), Output("review", key, None)])
+            # Decided (resolved, or left to a reviewer), or withdrawn (a tombstone): nothing is kept of the flag.
+            if held:
+                extras[_OPEN + key] = None
+                extras.update({f"{_BY_TEXT}{h}:{key}": None for h in held.decode().split(":")})
         return resolved, extras
 
     @staticmethod

@@ -399,7 +399,7 @@ class IndexWriter:
 
     def _flags(
         self, written: Sequence[Row], vectors: Mapping[str, Vectors], view: Pending, records: Sequence[Record]
-    ) -> tuple[list[Output], dict[str, bytes]]:
+    ) -> tuple[list[Output], dict[str, bytes | None]]:
         """Return the batch's semantic flags, and the pairs lineages resolved: semantic ones, and the engine's
         ``fact_conflict`` flags between versions of one document (their audit and tombstone); and the extras
         that keep the fact flags not decidable yet (:meth:`LineagePairs.facts`)."""

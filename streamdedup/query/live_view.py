@@ -416,9 +416,10 @@ class ViewWriter(View):
         pending: Pending,
         progress: Mapping[str, bytes],
         *,
-        extras: Mapping[str, bytes] | None = None,
+        extras: Mapping[str, bytes | None] | None = None,
     ) -> int:
-        """Write staged changes, ``progress`` and ``extras`` in one write batch; return how many records it applied.
+        """Write staged changes, ``progress`` and ``extras`` (None deletes one) in one write batch; return how many
+        records it applied.
 
         A batch staged before another commit was computed over a view that has changed since, and is refused.
         """
@@ -433,7 +434,10 @@ class ViewWriter(View):
         for where, position in progress.items():
             batch.put(_PROGRESS + where.encode(), position)
         for name, value in (extras or {}).items():
-            batch.put(_EXTRA + name.encode(), value)
+            if value is None:
+                batch.delete(_EXTRA + name.encode())
+            else:
+                batch.put(_EXTRA + name.encode(), value)
         self._db.write(batch)
         self._generation += 1
         self.applied += pending.count

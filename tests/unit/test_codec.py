@@ -85,6 +85,7 @@ def test_delete_and_acl_are_decoded():
         ({"extra": 1}, "extra", "unknown field"),
         ({"lineage": ""}, "lineage", "must not be empty"),
         ({"lineage": 2}, "lineage", "must be a string"),
+        ({"lineage": "travel\x00policy"}, "lineage", "control characters"),
         ({"lineage_version": "2"}, "lineage_version", "only meaningful with 'lineage'"),
     ],
 )

@@ -179,3 +179,32 @@ def test_a_fact_flag_kept_open_for_its_newer_text_is_resolved_after_a_restart(en
         rest, _ = _apply(writer, records[cut:])
         assert writer.totals.lineage_resolved == 1
     assert [(o.topic, o.value is None) for o in rest] == [("audit", False), ("review", True)]
+
+
+def test_a_fact_flag_a_source_outside_the_lineage_holds_a_side_of_stays_for_a_reviewer(
+    engine: Engine, tmp_path: Path
+):
+    # The FAQ copies the old refund period: it contradicts the current docs, so the flag is not a version's change.
+    # (The writer decides a flag when it has both texts' rows; a copy that comes later does not reopen it.)
+    layout = {
+        "web/faq.txt": [REFUND_30],
+        "docs/1.0/shop/refunds.txt": [REFUND_30],
+        "docs/2.0/shop/refunds.txt": [REFUND_14],
+    }
+    with _writer(tmp_path, RULES) as writer:
+        delivered, _ = _apply(writer, _records(engine, layout))
+        assert writer.totals.lineage_resolved == 0
+    assert delivered == []
+
+
+def test_nothing_is_kept_of_a_fact_flag_once_decided(engine: Engine, tmp_path: Path):
+    records = _records(
+        engine, {"docs/1.0/shop/refunds.txt": [REFUND_30], "docs/2.0/shop/refunds.txt": [REFUND_14]}
+    )
+    with _writer(tmp_path, RULES) as writer:
+        for end, batch in batches(
+            records, 1
+        ):  # the flag waits for the newer text's rows, one record at a time
+            writer.apply(batch, {"test": str(end).encode()})
+        assert writer.totals.lineage_resolved == 1
+        assert writer.view.extra_names("lineages:") == []
