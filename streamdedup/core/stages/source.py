@@ -9,7 +9,7 @@ source's mapping once every position's content has answered for the source's cur
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -182,10 +182,7 @@ class SourceStage:
         record.preferred = preferred
         if record.deleted or record.attrs is None:
             return False
-        record.attrs = msgspec.structs.replace(record.attrs, preferred=preferred)
-        record.attrs_seq += 1
-        for content_hash, positions in sorted(positions_by_content(record.chunks).items()):
-            out.append(_attrs_update(content_hash, event.source_id, record, positions))
+        _announce_attrs(record, event.source_id, out, preferred=preferred)
         return True
 
     def _apply_event(
@@ -324,12 +321,8 @@ class SourceStage:
         if held is not None and held != joined:
             out.append(LineageMember(held[0], held[1], event.source_id, event.version))
         if joined is None or membership is None:
-            record.lineage, record.lineage_collection, record.lineage_version, record.lineage_seq = (
-                "",
-                "",
-                -1,
-                0,
-            )
+            record.lineage = record.lineage_collection = ""
+            record.lineage_version, record.lineage_seq = -1, 0
             return ""
         out.append(LineageMember(joined[0], joined[1], event.source_id, event.version, membership.order))
         outdated_by = record.attrs.outdated_by if held == joined and record.attrs is not None else ""
@@ -423,10 +416,7 @@ def _apply_lineage_status(
     table.mark(status.source_id)
     if record.attrs.outdated_by == status.outdated_by:
         return False
-    record.attrs = msgspec.structs.replace(record.attrs, outdated_by=status.outdated_by)
-    record.attrs_seq += 1
-    for content_hash, positions in sorted(positions_by_content(record.chunks).items()):
-        out.append(_attrs_update(content_hash, status.source_id, record, positions))
+    _announce_attrs(record, status.source_id, out, outdated_by=status.outdated_by)
     return True
 
 
@@ -439,6 +429,18 @@ def _retain_acl(kept: Table[Retained], key: str, event: AclEvent) -> None:
         kept.put(key, Retained(msgspec.structs.replace(held.event, version=event.version, attrs=attrs)))
     else:
         kept.put(key, Retained(DeleteEvent(source_id=event.source_id, version=event.version)))
+
+
+def _announce_attrs(
+    record: SourceRecord, source_id: str, out: list[Message | Output], **changes: Any
+) -> None:
+    """Change the attributes of a live version in place (a preference, a lineage status) and tell every content
+    the source holds, as a change within the version (``attrs_seq``)."""
+    assert record.attrs is not None
+    record.attrs = msgspec.structs.replace(record.attrs, **changes)
+    record.attrs_seq += 1
+    for content_hash, positions in sorted(positions_by_content(record.chunks).items()):
+        out.append(_attrs_update(content_hash, source_id, record, positions))
 
 
 def _attrs_update(
