@@ -30,7 +30,7 @@ True
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from streamdedup.core.lineage import LineageRules, ordered_versions
@@ -88,7 +88,7 @@ class LineagePairs:
         self,
         records: Sequence[tuple[str, str, bytes | None]],
         view: ViewWriter,
-        touched: Iterable[str],
+        touched: Collection[str],
         row_of: Callable[[str], Row | None],
     ) -> tuple[list[Output], dict[str, bytes | None]]:
         """Resolve the engine's ``fact_conflict`` flags whose texts (their rows, by ``row_of``) are versions of one
@@ -100,13 +100,13 @@ class LineagePairs:
         those decided since (None).
         """
         flags: dict[str, tuple[str, str] | None] = {}
-        for chunk_id in sorted(touched):
-            for name in view.extra_names(f"{_BY_TEXT}{chunk_id}:"):
-                key = name[len(_BY_TEXT) + len(chunk_id) + 1 :]
-                held = view.extra(_OPEN + key)
-                if held:
-                    first, second = held.decode().split(":")
-                    flags[key] = (first, second)
+        # The flags waiting for a text's row are few: one scan of them all, not one per chunk the batch touched.
+        for name in view.extra_names(_BY_TEXT):
+            text, key = name[len(_BY_TEXT) :].split(":", 1)
+            held = view.extra(_OPEN + key) if text in touched else None
+            if held:
+                first, second = held.decode().split(":")
+                flags[key] = (first, second)
         for topic, key, raw in records:
             if topic == "review":
                 flag = None if raw is None else json.loads(raw)
