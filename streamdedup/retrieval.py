@@ -5,7 +5,7 @@
 'streamdedup.query.safety_net'
 """
 
-from streamdedup.query.outdated import default_current_only, outdated_by
+from streamdedup.query.outdated import outdated_by
 from streamdedup.query.safety_net import (
     MMR,
     ChunkLookup,
@@ -30,7 +30,6 @@ __all__ = [
     "Policy",
     "SafetyNet",
     "chunk_id_in",
-    "default_current_only",
     "mmr",
     "outdated_by",
     "readable",

@@ -74,7 +74,7 @@ from streamdedup.index.neighbours import MAX_ROWS, VectorMatrix
 from streamdedup.index.semantic import Screen
 from streamdedup.index.sink import Match, Row, Sink, Vectors
 from streamdedup.query.live_view import Pending, Record, ViewWriter
-from streamdedup.query.outdated import default_current_only, outdated_by
+from streamdedup.query.outdated import outdated_by
 from streamdedup.query.safety_net import ChunkLookup, Hit, Kept, SafetyNet
 
 __all__ = ["BatchReport", "IndexCounters", "IndexWriter"]
@@ -299,21 +299,22 @@ class IndexWriter:
         )
 
     def search(
-        self, query_text: str, principals: Iterable[str], k: int = 5, *, current_only: bool | None = None
+        self, query_text: str, principals: Iterable[str], k: int = 5, *, current_only: bool = True
     ) -> list[Kept[Match]]:
         """Return the ``k`` chunks nearest to ``query_text`` that a caller holding ``principals`` may read.
 
         The query is embedded with the writer's embedder (not counted, not cached), the sink searched among the
         rows the caller may read, and the hits passed through :class:`~streamdedup.query.safety_net.SafetyNet` over the
         writer's view: each chunk once, its text the canonical text, cited with every source the caller can read;
-        with ``current_only`` (None: :func:`~streamdedup.query.outdated.default_current_only`), current rows only.
+        with ``current_only`` (the default), current rows only.
         """
         if isinstance(principals, str):
             raise ConfigurationError(f"principals is a list of principals, not the string {principals!r}")
         caller = list(principals)
-        current = default_current_only() if current_only is None else current_only
-        matches = self.sink.search(self._embed([query_text])[0], k, principals=caller, current_only=current)
-        net = SafetyNet(self.view, current_only=current)
+        matches = self.sink.search(
+            self._embed([query_text])[0], k, principals=caller, current_only=current_only
+        )
+        net = SafetyNet(self.view, current_only=current_only)
         return net.apply([Hit(m, m.chunk_id, m.score) for m in matches], caller)
 
     # -- rows -----------------------------------------------------------------------------------------------------

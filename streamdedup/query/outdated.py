@@ -2,7 +2,9 @@
 
 The engine marks such a chunk's ``canonical-chunks`` record with ``"current": false`` and ``"outdated_by"``, the
 source id of the newest version of the document; a current chunk's record has neither key. The safety net and
-the adapters drop outdated chunks with ``current_only``, whose default :func:`default_current_only` decides.
+the adapters drop outdated chunks with ``current_only``, on by default: only a source in a lineage (a rule of
+``STREAMDEDUP_LINEAGE_RULES``, or the ``lineage`` its upsert names) can make a chunk outdated, so where no lineage
+is in use the default drops nothing.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["default_current_only", "outdated_by"]
+__all__ = ["outdated_by"]
 
 
 def outdated_by(record: Mapping[str, Any] | None) -> str | None:
@@ -22,13 +24,3 @@ def outdated_by(record: Mapping[str, Any] | None) -> str | None:
     if record is None or record.get("current", True) is not False:
         return None
     return str(record.get("outdated_by") or "")
-
-
-def default_current_only() -> bool:
-    """Return whether outdated chunks are dropped by default: yes.
-
-    Only a source in a lineage (a rule of ``STREAMDEDUP_LINEAGE_RULES``, or a ``lineage`` its upsert names) can
-    make a chunk outdated, so where no lineage is in use the default drops nothing: it filters exactly the
-    collections with lineages, however they are named.
-    """
-    return True

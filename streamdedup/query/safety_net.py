@@ -58,7 +58,7 @@ from streamdedup.core.messages import Output
 from streamdedup.core.model import EVERYONE
 from streamdedup.core.output_view import COMPACTED_TOPICS, View
 from streamdedup.errors import ConfigurationError
-from streamdedup.query.outdated import default_current_only, outdated_by
+from streamdedup.query.outdated import outdated_by
 
 __all__ = [
     "MAPPED_FIELDS",
@@ -71,7 +71,6 @@ __all__ = [
     "Policy",
     "SafetyNet",
     "chunk_id_in",
-    "default_current_only",
     "mapped_about",
     "mmr",
     "outdated_by",
@@ -303,8 +302,8 @@ class SafetyNet:
     mappings carried them, of a source that no chunk record lists: beyond the records' cap of
     ``STREAMDEDUP_MAX_CHUNK_SOURCES`` entries) is not cited. ``"all"`` cites every source, readable or not.
 
-    ``current_only`` drops the chunks only outdated versions of a document hold; None, the default, is resolved
-    when the net is made (:func:`default_current_only`): on, which drops nothing where no lineage is in use.
+    ``current_only`` (on by default, :mod:`streamdedup.query.outdated`) drops the chunks only outdated versions of
+    a document hold.
     :meth:`apply` can override it per call.
     """
 
@@ -314,11 +313,9 @@ class SafetyNet:
     unidentified: Policy = "drop"
     mmr: MMR | None = None
     citations: Literal["all", "readable"] = "readable"
-    current_only: bool | None = None
+    current_only: bool = True
 
     def __post_init__(self) -> None:
-        if self.current_only is None:
-            object.__setattr__(self, "current_only", default_current_only())
         if self.max_per_source is not None and self.max_per_source < 1:
             raise ConfigurationError(f"max_per_source must be at least 1, not {self.max_per_source}")
         for name in ("unknown", "unidentified"):

@@ -13,7 +13,7 @@ from streamdedup.core.engine import Engine
 from streamdedup.core.params import EngineParams
 from streamdedup.index import open_sink
 from streamdedup.index.sink import Row
-from streamdedup.query.outdated import default_current_only, outdated_by
+from streamdedup.query.outdated import outdated_by
 from streamdedup.query.safety_net import Hit, MemoryLookup, SafetyNet
 from streamdedup.view import ViewWriter
 from tests.helpers import upsert
@@ -83,7 +83,6 @@ def test_a_kept_outdated_chunk_names_the_newest_version_in_its_citations_and_met
 
 def test_the_default_drops_outdated_chunks_and_nothing_where_no_lineage_is_in_use(monkeypatch):
     monkeypatch.delenv("STREAMDEDUP_LINEAGE_RULES", raising=False)
-    assert default_current_only() is True
     assert SafetyNet(LOOKUP).current_only is True
     assert [k.item for k in SafetyNet(LOOKUP).apply(HITS, ["*"])] == ["kept", "added"]
     assert SafetyNet(LOOKUP, current_only=False).current_only is False
